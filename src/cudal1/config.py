@@ -1,0 +1,133 @@
+"""Configuration per stage: pydantic models with ``extra="forbid"`` so that a typo is an error.
+
+Configs load from YAML and accept ``key.sub=value`` overrides from the command line; the resolved
+config is saved with every run. Secrets are never stored: only the name of the environment
+variable that holds them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ToleranceConfig(_Strict):
+    """Correctness tolerances by output dtype: |cand - ref| <= atol + rtol * |ref|.
+
+    Defaults follow KernelBench's current fp32 tolerance (1e-4) and its half-precision one (1e-2).
+    When a float64 reference is affordable, the allowed error also scales with the float32
+    reference's own error against float64, so a reference that is itself imprecise (TF32
+    convolutions, long reductions) does not make honest candidates fail.
+    """
+
+    fp32: float = Field(1e-4, gt=0, description="atol = rtol for float32 outputs")
+    fp16: float = Field(1e-2, gt=0, description="atol = rtol for float16 outputs")
+    bf16: float = Field(2e-2, gt=0, description="atol = rtol for bfloat16 outputs")
+    fp64: float = Field(1e-7, gt=0, description="atol = rtol for float64 outputs")
+    reference_error_factor: float = Field(
+        4.0, ge=1, description="allowed error may grow to this multiple of the fp32 reference's own error"
+    )
+    float64_reference: bool = Field(True, description="measure errors against a float64 reference run")
+
+
+class TimingConfig(_Strict):
+    """Paired, interleaved timing (shared/research/timing-and-anchors.md, section 2)."""
+
+    warmup_calls: int = Field(3, ge=1, description="warm-up by count, per worker")
+    warmup_ms: float = Field(25.0, ge=0, description="warm-up by time, per worker")
+    tiny_call_ms: float = Field(0.1, gt=0, description="calls shorter than this are batched K per sample")
+    sample_target_ms: float = Field(1.0, gt=0, description="K is chosen so that K calls take about this long")
+    max_calls_per_sample: int = Field(2000, ge=1)
+    min_samples: int = Field(10, ge=3, description="paired samples before the stop rule is consulted")
+    max_samples: int = Field(200, ge=3)
+    target_rel_ci: float = Field(
+        0.005, gt=0, description="stop once the 95% interval's half-width is below this fraction"
+    )
+    budget_s: float = Field(10.0, gt=0, description="wall-clock budget for the timing stage")
+    flush_l2_bytes: int = Field(256 * 2**20, ge=0, description="bytes written before each sample (GPU only)")
+    bootstrap_resamples: int = Field(2000, ge=100)
+    check_output_fraction: float = Field(
+        0.25, ge=0, le=1, description="share of timed samples whose output is fetched and compared"
+    )
+    clock_disagreement: float = Field(
+        0.10, gt=0, description="flag when the worker clock beats the trusted clock by more than this"
+    )
+
+
+class SandboxConfig(_Strict):
+    import_timeout_s: float = Field(600.0, gt=0, description="import + compile of the candidate source")
+    call_timeout_s: float = Field(120.0, gt=0, description="any single request to a worker")
+    memory_limit_gb: float | None = Field(
+        None, description="address-space limit for workers (None: no limit; CUDA needs a large one)"
+    )
+    cpu_time_limit_s: int | None = Field(3600, description="RLIMIT_CPU for workers")
+    keep_env: tuple[str, ...] = Field(
+        (
+            "PATH",
+            "LANG",
+            "LC_ALL",
+            "CUDA_HOME",
+            "CUDA_PATH",
+            "CUDA_VISIBLE_DEVICES",
+            "LD_LIBRARY_PATH",
+            "TORCH_CUDA_ARCH_LIST",
+            "PYTHONPATH",
+            "CC",
+            "CXX",
+        ),
+        description="environment variables passed to workers; everything else is dropped",
+    )
+
+
+class EvalConfig(_Strict):
+    device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
+    correctness_trials: int = Field(5, ge=1, description="fresh input sets checked before timing")
+    timing_input_sets: int = Field(3, ge=1, description="input sets rotated through timed calls")
+    tolerance: ToleranceConfig = ToleranceConfig()
+    timing: TimingConfig = TimingConfig()
+    sandbox: SandboxConfig = SandboxConfig()
+    build_cache: Path | None = Field(
+        None, description="extension build cache root (default: ~/.cache/cudal1/builds)"
+    )
+    seed: int | None = Field(None, description="input seed; None draws a secret one per evaluation")
+    time: bool = Field(True, description="run the timing stage")
+
+
+class PoolConfig(_Strict):
+    workers: int = Field(2, ge=1, description="candidates compiled and checked in parallel")
+    spares: int = Field(1, ge=0, description="warm worker processes kept ready")
+    devices: tuple[str, ...] = Field((), description="devices to time on (default: the evaluator's device)")
+
+
+Format = Literal["yaml", "json"]
+
+
+def load_config(model: type[BaseModel], path: Path | None = None, overrides: list[str] | None = None) -> Any:
+    """Build ``model`` from an optional YAML file and ``a.b=value`` overrides (values parsed as YAML)."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path}: expected a mapping at the top level")
+        data = loaded
+    for item in overrides or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"override {item!r}: expected key=value")
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = yaml.safe_load(raw)
+    return model.model_validate(data)
+
+
+def dump_config(config: BaseModel) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,133 @@
+"""Output comparison, done only on the trusted side, on decoded copies of the outputs.
+
+A candidate's output passes when, for every leaf: it is a plain ``torch.Tensor`` of the reference's
+shape, dtype and device type; its NaN/Inf pattern is the reference's; and its error against the
+float64 reference, measured in units of (atol + rtol*|ref|) for the output dtype, is at most
+``max(1, factor * the float32 reference's own error)``. Without a float64 reference the float32
+reference is the target and the scale is 1.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from cudal1.config import ToleranceConfig
+
+
+@dataclass(frozen=True)
+class Comparison:
+    ok: bool
+    max_abs_err: float
+    max_rel_err: float  # worst error in tolerance units
+    scale: float  # allowed tolerance units
+    against: str
+    message: str = ""
+
+
+def tolerance_for(dtype: torch.dtype, tol: ToleranceConfig) -> float:
+    return {
+        torch.float16: tol.fp16,
+        torch.bfloat16: tol.bf16,
+        torch.float64: tol.fp64,
+    }.get(dtype, tol.fp32)
+
+
+def compare_outputs(
+    cand: dict[str, Any],
+    ref: dict[str, Any],
+    ref64: dict[str, Any] | None,
+    tol: ToleranceConfig,
+    device_type: str,
+) -> Comparison:
+    cvals, rvals = cand["values"], ref["values"]
+    r64vals = ref64["values"] if ref64 is not None else None
+    against = "float64" if r64vals is not None else "reference"
+    if len(cvals) != len(rvals):
+        return _fail(f"returned {len(cvals)} outputs, the reference returns {len(rvals)}", against)
+    worst_abs, worst_rel, scale = 0.0, 0.0, 1.0
+    for i, (c, r) in enumerate(zip(cvals, rvals, strict=True)):
+        where = f"output {i}" if len(rvals) > 1 else "output"
+        r64 = r64vals[i] if r64vals is not None and i < len(r64vals) else None
+        problem = _check_leaf_type(c, r, cand["types"][i], cand["devices"][i], device_type, where)
+        if problem:
+            return _fail(problem, against)
+        if not isinstance(r, torch.Tensor):
+            r, c = torch.tensor(r), torch.tensor(c)
+        err = _leaf_error(c, r, r64 if isinstance(r64, torch.Tensor) else None, tol, where)
+        if isinstance(err, str):
+            return _fail(err, against, worst_abs, worst_rel)
+        leaf_abs, leaf_rel, leaf_scale = err
+        worst_abs, worst_rel = max(worst_abs, leaf_abs), max(worst_rel, leaf_rel / leaf_scale)
+        scale = max(scale, leaf_scale)
+        if leaf_rel > leaf_scale:
+            msg = (
+                f"{where} differs: max abs error {leaf_abs:.3g}, "
+                f"{leaf_rel:.3g}x the tolerance (allowed {leaf_scale:.3g}x)"
+            )
+            return Comparison(False, worst_abs, leaf_rel, leaf_scale, against, msg)
+    return Comparison(True, worst_abs, worst_rel, scale, against)
+
+
+def _check_leaf_type(c: Any, r: Any, ctype: str, cdevice: str, device_type: str, where: str) -> str | None:
+    if isinstance(r, torch.Tensor):
+        if not isinstance(c, torch.Tensor):
+            return f"{where} is {ctype}, expected a tensor"
+        if ctype != "torch.Tensor":
+            return f"{where} is a {ctype}, not a plain torch.Tensor"
+        if tuple(c.shape) != tuple(r.shape):
+            return f"{where} has shape {tuple(c.shape)}, expected {tuple(r.shape)}"
+        if c.dtype != r.dtype:
+            return f"{where} has dtype {c.dtype}, expected {r.dtype}"
+        if not cdevice.startswith(device_type):
+            return f"{where} is on {cdevice}, expected {device_type}"
+        return None
+    if isinstance(r, bool | int | float) and not isinstance(c, bool | int | float):
+        return f"{where} is {ctype}, expected a number"
+    if not isinstance(r, bool | int | float) and c != r:
+        return f"{where} is {c!r}, expected {r!r}"
+    return None
+
+
+def _leaf_error(
+    c: torch.Tensor, r: torch.Tensor, r64: torch.Tensor | None, tol: ToleranceConfig, where: str
+) -> tuple[float, float, float] | str:
+    if not (r.is_floating_point() or r.is_complex()):
+        if not torch.equal(c, r):
+            return f"{where} differs from the reference in {int((c != r).sum())} elements"
+        return 0.0, 0.0, 1.0
+    c64, r_64 = c.to(torch.float64), r.to(torch.float64)
+    bad = _nonfinite_mismatch(c64, r_64)
+    if bad:
+        return f"{where}: {bad}"
+    target = r64.to(torch.float64) if r64 is not None and r64.shape == r.shape else r_64
+    t = tolerance_for(r.dtype, tol)
+    finite = torch.isfinite(r_64)
+    if not bool(finite.any()):
+        return 0.0, 0.0, 1.0
+    denom = t + t * target[finite].abs()
+    abs_err = (c64[finite] - target[finite]).abs()
+    rel = float((abs_err / denom).max())
+    scale = 1.0
+    if target is not r_64:
+        ref_own = float(((r_64[finite] - target[finite]).abs() / denom).max())
+        scale = max(1.0, tol.reference_error_factor * ref_own)
+    return float(abs_err.max()), rel, scale
+
+
+def _nonfinite_mismatch(c: torch.Tensor, r: torch.Tensor) -> str | None:
+    c_nan, r_nan = torch.isnan(c), torch.isnan(r)
+    c_inf, r_inf = torch.isinf(c), torch.isinf(r)
+    if not bool(c_nan.any() or c_inf.any()):
+        return None
+    if torch.equal(c_nan, r_nan) and torch.equal(c_inf, r_inf) and torch.equal(c[c_inf], r[r_inf]):
+        return None  # the reference itself is non-finite exactly there
+    n = int((c_nan & ~r_nan).sum() + (c_inf & ~r_inf).sum())
+    return f"{n} NaN/Inf values where the reference is finite"
+
+
+def _fail(msg: str, against: str, abs_err: float = math.nan, rel_err: float = math.nan) -> Comparison:
+    return Comparison(False, abs_err, rel_err, 1.0, against, msg)

@@ -1,0 +1,164 @@
+"""A local pool around the one evaluator: many candidates compile and import in parallel, each
+device times one candidate at a time, warm spare workers hide interpreter start-up, and results
+stream back as they finish.
+
+Phases per request: static checks (this process) -> a spare worker imports the candidate (CPU
+work, in parallel across requests) -> the device lock is taken -> load, correctness and timing
+alternate between the candidate worker and the task's reference worker -> the candidate worker
+is killed (it ran untrusted code); the reference worker stays for the task's next candidate.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from cudal1.config import EvalConfig
+from cudal1.eval.evaluator import (
+    Evaluation,
+    ReferenceWorker,
+    build_env,
+    default_build_cache,
+    resolve_device,
+)
+from cudal1.eval.sandbox import WorkerProcess
+from cudal1.schema import EvalRequest, EvalResult, Task
+
+log = logging.getLogger(__name__)
+
+
+class SparePool:
+    """Candidate worker processes started ahead of need (each serves one candidate)."""
+
+    def __init__(self, config: EvalConfig, target: int) -> None:
+        self.config = config
+        self.target = target
+        self._ready: queue.Queue[WorkerProcess] = queue.Queue()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._fill()
+
+    def _fill(self) -> None:
+        with self._lock:
+            while not self._closed and self._ready.qsize() < self.target:
+                self._ready.put(WorkerProcess(self.config.sandbox, role="candidate"))
+
+    def take(self) -> WorkerProcess:
+        try:
+            worker = self._ready.get_nowait()
+        except queue.Empty:
+            worker = WorkerProcess(self.config.sandbox, role="candidate")
+        if self.target:
+            threading.Thread(target=self._fill, daemon=True).start()
+        if not worker.alive:
+            worker.close()
+            return self.take()
+        return worker
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        while True:
+            try:
+                self._ready.get_nowait().close()
+            except queue.Empty:
+                return
+
+
+class EvalPool:
+    def __init__(
+        self, config: EvalConfig, *, workers: int = 2, spares: int = 1, devices: Iterable[str] = ()
+    ) -> None:
+        self.config = config
+        self.devices = list(devices) or [resolve_device(config.device)]
+        self._device_slots: queue.Queue[str] = queue.Queue()
+        for d in self.devices:
+            self._device_slots.put(d)
+        self._refs: dict[tuple[str, str], ReferenceWorker] = {}
+        self._refs_lock = threading.Lock()
+        self._spares = SparePool(config, spares)
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cudal1-eval")
+        self.build_cache: Path = config.build_cache or default_build_cache()
+
+    # -- public ---------------------------------------------------------------------------
+    def submit(self, request: EvalRequest) -> Future[EvalResult]:
+        return self._executor.submit(self._run, request.task, request.source)
+
+    def evaluate(self, task: Task, source: str) -> EvalResult:
+        return self._run(task, source)
+
+    def evaluate_many(self, requests: Iterable[EvalRequest]) -> Iterator[tuple[EvalRequest, EvalResult]]:
+        """Results in the order they finish."""
+        futures = {self.submit(r): r for r in requests}
+        for fut in as_completed(futures):
+            yield futures[fut], fut.result()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._spares.close()
+        with self._refs_lock:
+            for ref in self._refs.values():
+                ref.close()
+            self._refs.clear()
+
+    def __enter__(self) -> EvalPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- one request ------------------------------------------------------------------------
+    def _run(self, task: Task, source: str) -> EvalResult:
+        ev = Evaluation(task, source, self.config, self.devices[0])
+        ev.run_static()
+        if ev.failed:
+            return ev.result()
+        # Reference info (torch, CUDA, arch) keys the build cache; any device's worker will do.
+        probe = self._reference(task, self.devices[0])
+        if not ev.attach_reference(probe):
+            self._drop_reference(probe)
+            return ev.result()
+        env, hit = build_env(source, probe, self.build_cache)
+        ev.environment["build_cache_hit"] = hit
+        cand = self._spares.take()
+        try:
+            ev.run_compile(cand, env)
+            if not ev.failed:
+                self._on_device(ev, task)
+        finally:
+            cand.close()
+        return ev.result()
+
+    def _on_device(self, ev: Evaluation, task: Task) -> None:
+        device = self._device_slots.get()
+        try:
+            ev.device = device
+            ref = self._reference(task, device)
+            if not ev.attach_reference(ref):
+                return
+            with ref.lock:
+                ev.run_on_device(ref)
+            if not ref.process.alive:
+                self._drop_reference(ref)
+        finally:
+            self._device_slots.put(device)
+
+    def _reference(self, task: Task, device: str) -> ReferenceWorker:
+        key = (task.hash, device)
+        with self._refs_lock:
+            ref = self._refs.get(key)
+            if ref is None or not ref.process.alive:
+                ref = ReferenceWorker(task, self.config, device)
+                self._refs[key] = ref
+            return ref
+
+    def _drop_reference(self, ref: ReferenceWorker) -> None:
+        with self._refs_lock:
+            for key, value in list(self._refs.items()):
+                if value is ref:
+                    del self._refs[key]
+        ref.close()

@@ -1,0 +1,226 @@
+"""Worker processes with a hard timeout and kill, a private directory, a scrubbed environment and
+resource limits.
+
+What is covered:
+- a candidate that segfaults, raises, hangs, exhausts memory or hits an illegal CUDA address
+  costs its own worker only: the evaluator sees a dead or silent socket, kills the whole process
+  group and records why;
+- the worker starts with a fresh interpreter (``subprocess``, never ``fork``), in its own session,
+  in an empty private directory that is also its HOME, TMPDIR and Triton cache; environment
+  variables other than ``SandboxConfig.keep_env`` (API keys among them) are not passed on;
+- core dumps are off, CPU time and (optionally) address space are limited;
+- replies are decoded with ``wire`` (no pickle), so a worker cannot run code in the evaluator.
+
+What is not covered (needs an OS sandbox such as seccomp/landlock or a container):
+- a candidate can still read files the evaluator's user can read, open sockets, or write
+  outside its directory, including into the shared extension build cache under a different
+  source hash. Static checks flag such code; the evaluator never trusts a worker's numbers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from cudal1.config import SandboxConfig
+from cudal1.eval.wire import WireError, decode, encode
+
+log = logging.getLogger(__name__)
+
+
+class WorkerError(RuntimeError):
+    """A worker failed: it died, went silent past its timeout, or sent garbage."""
+
+    def __init__(self, message: str, *, kind: str, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind  # died | timeout | protocol
+        self.log_tail = log_tail
+
+
+class RemoteError(RuntimeError):
+    """A command raised inside the worker; the worker is still alive."""
+
+    def __init__(self, error: str, traceback: str) -> None:
+        super().__init__(error)
+        self.traceback = traceback
+
+
+class WorkerProcess:
+    def __init__(
+        self,
+        config: SandboxConfig,
+        *,
+        extra_env: dict[str, str] | None = None,
+        role: str = "candidate",
+    ) -> None:
+        self.config = config
+        self.role = role
+        self.dir = Path(tempfile.mkdtemp(prefix=f"cudal1-{role}-"))
+        self.log_path = self.dir / "worker.log"
+        parent_sock, child_sock = socket.socketpair()
+        env = self._environment(extra_env or {})
+        with open(self.log_path, "wb") as logf:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "cudal1.eval.worker", str(child_sock.fileno())],
+                cwd=self.dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                pass_fds=(child_sock.fileno(),),
+                start_new_session=True,  # its own process group: kill takes its children too
+                preexec_fn=self._limits,
+            )
+        child_sock.close()
+        self.conn = Connection(os.dup(parent_sock.fileno()))
+        parent_sock.close()
+        self.ready = False
+        self.closed = False
+
+    def _environment(self, extra: dict[str, str]) -> dict[str, str]:
+        env = {k: os.environ[k] for k in self.config.keep_env if k in os.environ}
+        src_root = str(Path(__file__).resolve().parents[2])  # cudal1 importable when not installed
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH", "")) if p)
+        env.update(
+            HOME=str(self.dir),
+            TMPDIR=str(self.dir),
+            TRITON_CACHE_DIR=str(self.dir / "triton"),
+            PYTHONDONTWRITEBYTECODE="1",
+            PYTHONUNBUFFERED="1",
+        )
+        env.update(extra)
+        return env
+
+    def _limits(self) -> None:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if self.config.cpu_time_limit_s:
+            lim = int(self.config.cpu_time_limit_s)
+            resource.setrlimit(resource.RLIMIT_CPU, (lim, lim + 5))
+        if self.config.memory_limit_gb:
+            lim = int(self.config.memory_limit_gb * 2**30)
+            resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+
+    # -- talking ------------------------------------------------------------------------------
+    def wait_ready(self, timeout: float | None = None) -> None:
+        if self.ready:
+            return
+        reply = self._receive(timeout if timeout is not None else self.config.call_timeout_s, "start-up")
+        if not reply.get("ready"):
+            raise WorkerError("worker sent no ready message", kind="protocol")
+        self.ready = True
+
+    def request(self, cmd: str, timeout: float | None = None, **args: Any) -> dict[str, Any]:
+        """Send one command and wait for its reply; RemoteError if it raised in the worker."""
+        self.wait_ready()
+        try:
+            self.conn.send_bytes(encode({"cmd": cmd, **args}))
+        except OSError as exc:
+            raise self._died(f"while sending {cmd!r}: {exc}") from None
+        reply = self._receive(timeout if timeout is not None else self.config.call_timeout_s, cmd)
+        if not reply.get("ok"):
+            raise RemoteError(str(reply.get("error", "unknown error")), str(reply.get("traceback", "")))
+        return reply
+
+    def send(self, cmd: str, **args: Any) -> None:
+        """Send without waiting, for a caller that times the round trip itself (see ``receive``)."""
+        self.conn.send_bytes(encode({"cmd": cmd, **args}))
+
+    def receive(self, cmd: str, timeout: float | None = None) -> dict[str, Any]:
+        reply = self._receive(timeout if timeout is not None else self.config.call_timeout_s, cmd)
+        if not reply.get("ok"):
+            raise RemoteError(str(reply.get("error", "unknown error")), str(reply.get("traceback", "")))
+        return reply
+
+    def _receive(self, timeout: float, what: str) -> dict[str, Any]:
+        try:
+            if not self.conn.poll(timeout):
+                self.kill()
+                raise WorkerError(
+                    f"{self.role} worker timed out after {timeout:.0f}s during {what}",
+                    kind="timeout",
+                    log_tail=self.log_tail(),
+                )
+            data = self.conn.recv_bytes()
+        except (EOFError, OSError) as exc:
+            raise self._died(f"during {what}: {type(exc).__name__}") from None
+        try:
+            reply = decode(data)
+        except WireError as exc:
+            self.kill()
+            raise WorkerError(f"{self.role} worker sent a bad message: {exc}", kind="protocol") from None
+        if not isinstance(reply, dict):
+            self.kill()
+            raise WorkerError(f"{self.role} worker sent a non-dict reply", kind="protocol")
+        return reply
+
+    def _died(self, context: str) -> WorkerError:
+        code = self._wait_exit(2.0)
+        self.kill()
+        if code is not None and code < 0:
+            how = f"killed by signal {signal.Signals(-code).name}"
+        elif code is not None:
+            how = f"exited with code {code}"
+        else:
+            how = "stopped answering"
+        return WorkerError(f"{self.role} worker {how} {context}", kind="died", log_tail=self.log_tail())
+
+    def _wait_exit(self, timeout: float) -> int | None:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    @property
+    def alive(self) -> bool:
+        return not self.closed and self.proc.poll() is None
+
+    def kill(self) -> None:
+        # The whole group, even when the worker itself is gone: a compiler it started may linger.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self._wait_exit(5.0)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.proc.poll() is None:
+            with contextlib.suppress(Exception):
+                self.conn.send_bytes(encode({"cmd": "exit"}))
+            if self._wait_exit(2.0) is None:
+                self.kill()
+        else:
+            self.kill()
+        with contextlib.suppress(Exception):
+            self.conn.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> WorkerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def wait_all_ready(workers: list[WorkerProcess], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for w in workers:
+        w.wait_ready(max(0.1, deadline - time.monotonic()))

@@ -1,0 +1,156 @@
+"""Paired, interleaved timing of a reference and a candidate, with a clock the candidate cannot touch.
+
+One sample = for each side, in random order: ``prepare`` (L2 flush and device sync, outside the
+clock), then K back-to-back calls timed twice: by the worker (CUDA events, or its own clock on
+CPU) and by the evaluator's clock around the request, minus the measured round trip. The worker
+replies only after a device-wide synchronize and sends a digest of its last output with the
+reply, so work finished late or left on a side stream lands inside the trusted wall time, and
+an output computed only when asked for cannot match the digest sent inside the timed window.
+
+The clock and the endpoints are parameters, so this logic is tested on CPU with fakes.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from cudal1.config import TimingConfig
+from cudal1.eval import stats
+
+
+class Endpoint(Protocol):
+    """One side of a paired measurement (a worker, or a fake in tests)."""
+
+    def warmup(self, min_calls: int, min_ms: float) -> tuple[int, float]: ...
+    def round_trip_ms(self) -> float: ...
+    def prepare(self) -> None: ...
+    def start(self, calls: int, first_set: int) -> None: ...
+    def finish(self) -> tuple[float, list[Any]]: ...
+
+
+# check(sample, input_set, digests) -> failure reason or None; called for sampled candidate calls.
+OutputCheck = Callable[[int, int, list[Any]], str | None]
+
+
+@dataclass
+class PairedOutcome:
+    calls_per_sample: int
+    ref_ms: list[float] = field(default_factory=list)
+    cand_ms: list[float] = field(default_factory=list)
+    ref_wall_ms: list[float] = field(default_factory=list)
+    cand_wall_ms: list[float] = field(default_factory=list)
+    checked: int = 0
+    failures: list[str] = field(default_factory=list)
+    stop_reason: str = ""
+    estimate: stats.RatioEstimate = stats.RatioEstimate(math.nan, math.nan, math.nan)
+    wall_estimate: stats.RatioEstimate = stats.RatioEstimate(math.nan, math.nan, math.nan)
+
+    def gap_ms(self) -> tuple[float, float]:
+        """Median (trusted wall - worker time) per call, reference and candidate."""
+        ref = [w - e for w, e in zip(self.ref_wall_ms, self.ref_ms, strict=True)]
+        cand = [w - e for w, e in zip(self.cand_wall_ms, self.cand_ms, strict=True)]
+        return stats.median(ref), stats.median(cand)
+
+
+def measure_paired(
+    ref: Endpoint,
+    cand: Endpoint,
+    cfg: TimingConfig,
+    n_sets: int,
+    check: OutputCheck,
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+    rng: random.Random | None = None,
+) -> PairedOutcome:
+    rng = rng or random.Random()
+    k = _choose_calls(ref, cand, cfg, clock)
+    rtt = {id(ref): ref.round_trip_ms(), id(cand): cand.round_trip_ms()}
+    out = PairedOutcome(calls_per_sample=k)
+    started = clock()
+    sample = 0
+    while True:
+        first_set = rng.randrange(n_sets)
+        order = [(ref, False), (cand, True)]
+        rng.shuffle(order)
+        for side, is_cand in order:
+            side.prepare()
+            t0 = clock()
+            side.start(k, first_set)
+            worker_ms, digests = side.finish()
+            wall = (clock() - t0) * 1000 - rtt[id(side)]
+            (out.cand_ms if is_cand else out.ref_ms).append(worker_ms / k)
+            (out.cand_wall_ms if is_cand else out.ref_wall_ms).append(max(wall, 1e-9) / k)
+            if is_cand and _should_check(sample, cfg, rng):
+                out.checked += 1
+                failure = check(sample, (first_set + k - 1) % n_sets, digests)
+                if failure:
+                    out.failures.append(failure)
+        sample += 1
+        if out.failures:
+            out.stop_reason = "output_check_failed"
+            break
+        out.estimate = _estimate(out.ref_ms, out.cand_ms, cfg)
+        reason = stats.should_stop(
+            out.estimate,
+            sample,
+            clock() - started,
+            min_samples=cfg.min_samples,
+            max_samples=cfg.max_samples,
+            target_rel_ci=cfg.target_rel_ci,
+            budget_s=cfg.budget_s,
+        )
+        if reason:
+            out.stop_reason = reason
+            break
+    out.estimate = _estimate(out.ref_ms, out.cand_ms, cfg)
+    out.wall_estimate = _estimate(out.ref_wall_ms, out.cand_wall_ms, cfg)
+    if not out.failures:
+        _final_check(out, cand, k, n_sets, check, rng, sample)
+    return out
+
+
+def _choose_calls(ref: Endpoint, cand: Endpoint, cfg: TimingConfig, clock: Callable[[], float]) -> int:
+    """Warm both sides by count and by time, then pick K from the trusted per-call estimate."""
+    estimates = []
+    for side in (ref, cand):
+        t0 = clock()
+        calls, _ = side.warmup(cfg.warmup_calls, cfg.warmup_ms)
+        wall_ms = (clock() - t0) * 1000 - side.round_trip_ms()
+        estimates.append(max(wall_ms, 1e-6) / max(calls, 1))
+    return stats.calls_per_sample(
+        min(estimates), cfg.tiny_call_ms, cfg.sample_target_ms, cfg.max_calls_per_sample
+    )
+
+
+def _should_check(sample: int, cfg: TimingConfig, rng: random.Random) -> bool:
+    # Always the first sample, then a random share: the candidate learns which only afterwards.
+    return sample == 0 or rng.random() < cfg.check_output_fraction
+
+
+def _final_check(
+    out: PairedOutcome,
+    cand: Endpoint,
+    k: int,
+    n_sets: int,
+    check: OutputCheck,
+    rng: random.Random,
+    sample: int,
+) -> None:
+    """One more timed-style call whose output is certainly checked, after all the samples."""
+    first_set = rng.randrange(n_sets)
+    cand.prepare()
+    cand.start(k, first_set)
+    _, digests = cand.finish()
+    out.checked += 1
+    failure = check(sample, (first_set + k - 1) % n_sets, digests)
+    if failure:
+        out.failures.append(failure)
+
+
+def _estimate(ref: list[float], cand: list[float], cfg: TimingConfig) -> stats.RatioEstimate:
+    return stats.bootstrap_median(stats.paired_ratios(ref, cand), cfg.bootstrap_resamples)

@@ -1,0 +1,162 @@
+"""The message format between the evaluator and its workers.
+
+A candidate worker is untrusted, so the evaluator must never unpickle what it sends: pickle runs
+code chosen by the sender. Messages here are a JSON header plus raw tensor bytes; decoding builds
+only dicts, lists, numbers, strings and plain CPU tensors.
+
+Also here: ``digest``, an exact, order-independent checksum of tensor bits that a worker reports
+inside the timed window and the evaluator recomputes from fetched outputs (see ``timing``).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+import torch
+
+_MAGIC = b"CL1W"
+_DTYPES = {
+    str(dt).removeprefix("torch."): dt
+    for dt in (
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+        torch.complex64,
+        torch.complex128,
+    )
+}
+
+
+class WireError(ValueError):
+    """A message that does not decode: a worker that misbehaves or died mid-message."""
+
+
+def encode(obj: Any) -> bytes:
+    buffers: list[bytes] = []
+    header = json.dumps(_to_json(obj, buffers), allow_nan=True).encode()
+    parts = [_MAGIC, struct.pack("<II", len(header), len(buffers)), header]
+    for buf in buffers:
+        parts.append(struct.pack("<Q", len(buf)))
+        parts.append(buf)
+    return b"".join(parts)
+
+
+def decode(data: bytes) -> Any:
+    try:
+        if data[:4] != _MAGIC:
+            raise WireError("bad magic")
+        hlen, nbuf = struct.unpack_from("<II", data, 4)
+        pos = 12
+        header = json.loads(data[pos : pos + hlen])
+        pos += hlen
+        buffers = []
+        for _ in range(nbuf):
+            (blen,) = struct.unpack_from("<Q", data, pos)
+            pos += 8
+            buffers.append(memoryview(data)[pos : pos + blen])
+            pos += blen
+        return _from_json(header, buffers)
+    except WireError:
+        raise
+    except Exception as exc:  # any malformed input becomes one error type
+        raise WireError(f"undecodable message: {type(exc).__name__}: {exc}") from None
+
+
+def _to_json(obj: Any, buffers: list[bytes]) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return _tensor_to_json(obj, buffers)
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return obj
+    if isinstance(obj, list | tuple):
+        return {
+            "__seq__": "tuple" if isinstance(obj, tuple) else "list",
+            "items": [_to_json(x, buffers) for x in obj],
+        }
+    if isinstance(obj, dict):
+        return {"__map__": [[str(k), _to_json(v, buffers)] for k, v in obj.items()]}
+    if isinstance(obj, torch.dtype):
+        return {"__dtype__": str(obj).removeprefix("torch.")}
+    return {"__repr__": type(obj).__name__, "text": repr(obj)[:200]}
+
+
+def _tensor_to_json(t: torch.Tensor, buffers: list[bytes]) -> dict[str, Any]:
+    meta = {
+        "__tensor__": len(buffers),
+        "dtype": str(t.dtype).removeprefix("torch."),
+        "shape": list(t.shape),
+        "device": str(t.device.type),
+        "type": type(t).__name__,
+    }
+    plain = t.detach().as_subclass(torch.Tensor)
+    cpu = plain.to("cpu").contiguous()
+    if cpu.is_sparse or cpu.layout != torch.strided:
+        cpu = cpu.to_dense()
+    buffers.append(cpu.reshape(-1).view(torch.uint8).numpy().tobytes() if cpu.numel() else b"")
+    return meta
+
+
+def _from_json(node: Any, buffers: list[memoryview]) -> Any:
+    if not isinstance(node, dict):
+        if isinstance(node, list):
+            raise WireError("raw JSON list in message")
+        return node
+    if "__tensor__" in node:
+        dtype = _DTYPES.get(node["dtype"])
+        if dtype is None:
+            raise WireError(f"unsupported dtype {node['dtype']!r}")
+        raw = bytes(buffers[int(node["__tensor__"])])
+        shape = [int(s) for s in node["shape"]]
+        if not raw:
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
+    if "__seq__" in node:
+        items = [_from_json(x, buffers) for x in node["items"]]
+        return tuple(items) if node["__seq__"] == "tuple" else items
+    if "__map__" in node:
+        return {str(k): _from_json(v, buffers) for k, v in node["__map__"]}
+    if "__dtype__" in node:
+        return _DTYPES[node["__dtype__"]]
+    if "__repr__" in node:
+        return {"unsupported": node["__repr__"], "text": node.get("text", "")}
+    raise WireError("unknown node")
+
+
+_INT_BY_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def digest(t: torch.Tensor) -> int:
+    """Wrapping int64 sum of the tensor's element bit patterns: exact and order-independent,
+    so a GPU computes the same value as the CPU does from a fetched copy."""
+    plain = t.detach().contiguous().reshape(-1)
+    if plain.numel() == 0:
+        return 0
+    if plain.dtype.is_complex:
+        plain = torch.view_as_real(plain).reshape(-1)
+    if plain.dtype is torch.bool:
+        plain = plain.view(torch.uint8)
+    bits = plain.view(_INT_BY_SIZE[plain.element_size()]).to(torch.int64)
+    return int(bits.sum().item())
+
+
+def flatten_outputs(out: Any) -> list[Any]:
+    """The leaves of a forward's return value in a fixed order (tensors and scalars)."""
+    if isinstance(out, list | tuple):
+        leaves: list[Any] = []
+        for item in out:
+            leaves.extend(flatten_outputs(item))
+        return leaves
+    if isinstance(out, dict):
+        leaves = []
+        for key in sorted(out):
+            leaves.extend(flatten_outputs(out[key]))
+        return leaves
+    return [out]

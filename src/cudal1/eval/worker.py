@@ -1,0 +1,238 @@
+"""The worker process: runs one side of an evaluation (the reference or one candidate).
+
+Started by ``sandbox.WorkerProcess`` as ``python -m cudal1.eval.worker FD`` with a scrubbed
+environment, resource limits and a private working directory; it talks over the socket FD with
+``wire`` messages. A reference worker imports only task code and may serve many evaluations; a
+candidate worker imports exactly one candidate and is killed afterwards.
+
+Nothing a candidate worker says is trusted by the evaluator: the candidate can rewrite any of
+this module once its code is imported. The evaluator compares the outputs itself, keeps its own
+clock, and checks the digests reported inside the timed window against fetched outputs.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import sys
+import time
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cudal1.eval.wire import decode, digest, encode, flatten_outputs
+
+
+class Worker:
+    def __init__(self) -> None:
+        self.module: Any = None
+        self.model: Any = None
+        self.model64: Any = None
+        self.device = torch.device("cpu")
+        self.timing_sets: list[list[Any]] = []
+        self.last_output: Any = None
+        self.flush_buffer: torch.Tensor | None = None
+
+    # -- commands -------------------------------------------------------------------------
+    def cmd_hello(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "pid": os.getpid(),
+            "python": sys.version.split()[0],
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "cuda_available": torch.cuda.is_available(),
+        }
+        return info
+
+    def cmd_device_info(self, device: str) -> dict[str, Any]:
+        dev = torch.device(device)
+        if dev.type != "cuda":
+            return {"name": "cpu", "arch": None, "l2_bytes": 0}
+        props = torch.cuda.get_device_properties(dev)
+        return {
+            "name": props.name,
+            "arch": f"{props.major}.{props.minor}",
+            "l2_bytes": int(getattr(props, "L2_cache_size", 0)),
+            "memory_bytes": int(props.total_memory),
+            "sms": props.multi_processor_count,
+        }
+
+    def cmd_load_task(self, source: str, name: str) -> dict[str, Any]:
+        self.module = _import_source(source, f"cudal1_task_{abs(hash(name))}", Path("task.py"))
+        missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not hasattr(self.module, n)]
+        if missing:
+            raise RuntimeError(f"task defines no {', '.join(missing)}")
+        return {}
+
+    def cmd_load_candidate(self, source: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+        # Per-candidate settings (its build-cache directory) arrive here because spare workers
+        # are started before anyone knows which candidate they will get.
+        os.environ.update(env or {})
+        self.module = _import_source(source, "cudal1_candidate", Path("candidate.py"))
+        if not isinstance(getattr(self.module, "ModelNew", None), type):
+            raise RuntimeError("candidate defines no class ModelNew")
+        return {}
+
+    def cmd_init_inputs(self, seed: int) -> dict[str, Any]:
+        torch.manual_seed(seed)
+        return {"args": list(self.module.get_init_inputs())}
+
+    def cmd_make_inputs(self, seed: int) -> dict[str, Any]:
+        torch.manual_seed(seed)
+        return {"inputs": list(self.module.get_inputs())}
+
+    def cmd_build(self, cls: str, args: list[Any], seed: int, device: str, float64: bool) -> dict[str, Any]:
+        self.device = torch.device(device)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        torch.manual_seed(seed)
+        model = getattr(self.module, cls)(*args)
+        self.model = model.to(self.device) if isinstance(model, torch.nn.Module) else model
+        self.model64 = None
+        if float64 and isinstance(self.model, torch.nn.Module):
+            try:
+                self.model64 = copy.deepcopy(self.model).double()
+            except Exception:  # a model that cannot be copied or cast simply has no fp64 reference
+                self.model64 = None
+        return {}
+
+    def cmd_run(self, inputs: list[Any], float64: bool = False) -> dict[str, Any]:
+        dev_inputs = [_to_device(x, self.device) for x in inputs]
+        with torch.no_grad():
+            out = self.model(*dev_inputs)
+            _sync(self.device)
+        reply: dict[str, Any] = {"outputs": _describe(out)}
+        if float64 and self.model64 is not None:
+            try:
+                with torch.no_grad():
+                    out64 = self.model64(*[_to_float64(x) for x in dev_inputs])
+                    _sync(self.device)
+                reply["outputs64"] = _describe(out64)
+            except Exception as exc:
+                reply["float64_error"] = f"{type(exc).__name__}: {exc}"
+        return reply
+
+    def cmd_set_timing_inputs(self, sets: list[list[Any]], flush_bytes: int) -> dict[str, Any]:
+        self.timing_sets = [[_to_device(x, self.device) for x in s] for s in sets]
+        if self.device.type == "cuda" and flush_bytes > 0:
+            self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=self.device)
+        return {}
+
+    def cmd_warmup(self, min_calls: int, min_ms: float) -> dict[str, Any]:
+        calls, start = 0, time.perf_counter()
+        with torch.no_grad():
+            while True:
+                self.last_output = self.model(*self.timing_sets[calls % len(self.timing_sets)])
+                calls += 1
+                if calls >= min_calls:
+                    _sync(self.device)
+                    if (time.perf_counter() - start) * 1000 >= min_ms or calls >= 100_000:
+                        break
+        return {"calls": calls, "ms": (time.perf_counter() - start) * 1000}
+
+    def cmd_prepare(self) -> dict[str, Any]:
+        if self.flush_buffer is not None:
+            self.flush_buffer.zero_()  # evict L2: the next sample starts cold, as in real use
+        _sync(self.device)
+        return {}
+
+    def cmd_time(self, calls: int, start: int) -> dict[str, Any]:
+        sets, n = self.timing_sets, len(self.timing_sets)
+        out = None
+        with torch.no_grad():
+            if self.device.type == "cuda":
+                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                begin.record()
+                for j in range(calls):
+                    out = self.model(*sets[(start + j) % n])
+                end.record()
+                torch.cuda.synchronize()  # device-wide: work on any stream finishes before we reply
+                ms = begin.elapsed_time(end)
+            else:
+                t0 = time.perf_counter()
+                for j in range(calls):
+                    out = self.model(*sets[(start + j) % n])
+                ms = (time.perf_counter() - t0) * 1000
+        self.last_output = out
+        return {"ms": ms, "digest": _digests(out)}
+
+    def cmd_fetch_last(self) -> dict[str, Any]:
+        return {"outputs": _describe(self.last_output)}
+
+    def cmd_ping(self) -> dict[str, Any]:
+        return {}
+
+
+def _import_source(source: str, module_name: str, filename: Path) -> Any:
+    # A real file, so that inspect.getsource works (Triton's @jit reads the source).
+    path = Path.cwd() / filename
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _to_device(x: Any, device: torch.device) -> Any:
+    return x.to(device) if isinstance(x, torch.Tensor) else x
+
+
+def _to_float64(x: Any) -> Any:
+    return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _describe(out: Any) -> dict[str, Any]:
+    leaves = flatten_outputs(out)
+    return {
+        "values": leaves,
+        "types": [type(x).__module__ + "." + type(x).__qualname__ for x in leaves],
+        "devices": [str(x.device) if isinstance(x, torch.Tensor) else "" for x in leaves],
+        "structure": type(out).__name__,
+    }
+
+
+def _digests(out: Any) -> list[int | None]:
+    return [digest(x) if isinstance(x, torch.Tensor) else None for x in flatten_outputs(out)]
+
+
+def serve(conn: Connection) -> None:
+    worker = Worker()
+    while True:
+        try:
+            request = decode(conn.recv_bytes())
+        except EOFError:
+            return
+        cmd = request.pop("cmd")
+        if cmd == "exit":
+            return
+        try:
+            reply = getattr(worker, f"cmd_{cmd}")(**request)
+            reply["ok"] = True
+        except BaseException as exc:  # report everything; the evaluator decides what it means
+            tb = traceback.format_exc()
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:4000], "traceback": tb[-4000:]}
+        conn.send_bytes(encode(reply))
+
+
+def main() -> None:
+    fd = int(sys.argv[1])
+    conn = Connection(fd)
+    # The candidate's prints must not reach the evaluator's terminal; stdout goes to a log file.
+    sys.stdout = sys.stderr
+    conn.send_bytes(encode({"ok": True, "ready": True}))
+    serve(conn)
+
+
+if __name__ == "__main__":
+    main()

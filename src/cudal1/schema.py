@@ -1,0 +1,243 @@
+"""Plain data that crosses module boundaries: tasks, candidates, evaluation results.
+
+Standard library only, frozen, and JSON-round-trippable through ``to_dict`` / ``from_dict`` so
+that results can be stored in SQLite, exported as JSONL and compared across runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+def source_hash(source: str) -> str:
+    """Content address of a source text (sha256, hex)."""
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
+class Stage(StrEnum):
+    """Evaluation stages, in the order they run."""
+
+    STATIC = "static"
+    COMPILE = "compile"
+    LOAD = "load"
+    CORRECTNESS = "correctness"
+    TIMING = "timing"
+    INTEGRITY = "integrity"
+
+
+class Severity(StrEnum):
+    INFO = "info"
+    WARNING = "warning"  # recorded, audit trigger, reward unaffected
+    REJECT = "reject"  # the candidate earns nothing
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A named observation about a candidate, with the evidence that supports it."""
+
+    code: str
+    severity: Severity
+    stage: Stage
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "severity": self.severity.value,
+            "stage": self.stage.value,
+            "message": self.message,
+            "evidence": self.evidence,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Finding:
+        return cls(d["code"], Severity(d["severity"]), Stage(d["stage"]), d["message"], d.get("evidence", {}))
+
+
+@dataclass(frozen=True)
+class Task:
+    """A KernelBench-format reference program: defines Model, get_inputs, get_init_inputs."""
+
+    name: str
+    source: str
+    level: int = 0
+    path: str | None = None
+    origin: str = "file"  # bundled | kernelbench | cuda-l1 | file
+
+    @property
+    def hash(self) -> str:
+        return source_hash(self.source)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A source that defines ModelNew for a task; claims come from where it was found."""
+
+    task_name: str
+    source: str
+    label: str = ""
+    claimed_speedup: float | None = None
+
+    @property
+    def hash(self) -> str:
+        return source_hash(self.source)
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    task: Task
+    source: str
+    request_id: str = ""
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    stage: Stage
+    ok: bool
+    seconds: float
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage.value, "ok": self.ok, "seconds": self.seconds, "message": self.message}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StageRecord:
+        return cls(Stage(d["stage"]), d["ok"], d["seconds"], d.get("message", ""))
+
+
+@dataclass(frozen=True)
+class Correctness:
+    """Outcome of comparing candidate outputs with reference outputs on fresh input sets."""
+
+    trials: int
+    passed: int
+    max_abs_err: float
+    max_rel_err: float  # error / (atol + rtol*|ref|): <= tolerance scale passes
+    tolerance_scale: float
+    against: str  # "float64" or the reference dtype when float64 was not affordable
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.trials > 0 and self.passed == self.trials
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Paired timing of reference and candidate; raw samples kept, statistics derived.
+
+    Times are per call in milliseconds. ``*_ms`` come from inside each worker (CUDA events on a
+    GPU, the worker's clock on CPU); ``*_wall_ms`` from the trusted evaluator's own clock.
+    """
+
+    device: str
+    calls_per_sample: int
+    ref_ms: tuple[float, ...]
+    cand_ms: tuple[float, ...]
+    ref_wall_ms: tuple[float, ...]
+    cand_wall_ms: tuple[float, ...]
+    speedup: float  # median of paired ratios ref/cand (worker clocks)
+    ci_low: float  # bootstrap 95% interval of that median
+    ci_high: float
+    wall_speedup: float  # the same statistic from the trusted clock
+    stop_reason: str
+
+    @property
+    def ref_median_ms(self) -> float:
+        return _median(self.ref_ms)
+
+    @property
+    def cand_median_ms(self) -> float:
+        return _median(self.cand_ms)
+
+    @property
+    def ci_half_width(self) -> float:
+        """Half-width of the interval relative to the speedup (0.01 = ±1%)."""
+        return (self.ci_high - self.ci_low) / 2 / self.speedup if self.speedup > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    task: str
+    candidate_hash: str
+    device: str
+    stages: tuple[StageRecord, ...] = ()
+    correctness: Correctness | None = None
+    timing: Timing | None = None
+    findings: tuple[Finding, ...] = ()
+    environment: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed_stage(self) -> Stage | None:
+        for rec in self.stages:
+            if not rec.ok:
+                return rec.stage
+        return None
+
+    @property
+    def error(self) -> str:
+        for rec in self.stages:
+            if not rec.ok:
+                return rec.message
+        return ""
+
+    @property
+    def rejected(self) -> bool:
+        return any(f.severity is Severity.REJECT for f in self.findings)
+
+    @property
+    def correct(self) -> bool:
+        return self.correctness is not None and self.correctness.ok and self.failed_stage is None
+
+    @property
+    def ok(self) -> bool:
+        """Correct, timed, and no finding that rejects it."""
+        return self.correct and self.timing is not None and not self.rejected
+
+    @property
+    def speedup(self) -> float | None:
+        """The speedup that counts: None unless ``ok``; the trusted clock caps a disagreeing one."""
+        if not self.ok or self.timing is None:
+            return None
+        return self.timing.speedup
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["stages"] = [s.to_dict() for s in self.stages]
+        d["findings"] = [f.to_dict() for f in self.findings]
+        d["ok"] = self.ok
+        d["speedup_effective"] = self.speedup
+        d["failed_stage"] = self.failed_stage.value if self.failed_stage else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EvalResult:
+        corr = d.get("correctness")
+        tim = d.get("timing")
+        if tim is not None:
+            tim = dict(tim)
+            for key in ("ref_ms", "cand_ms", "ref_wall_ms", "cand_wall_ms"):
+                tim[key] = tuple(tim[key])
+        return cls(
+            task=d["task"],
+            candidate_hash=d["candidate_hash"],
+            device=d["device"],
+            stages=tuple(StageRecord.from_dict(s) for s in d.get("stages", [])),
+            correctness=Correctness(**corr) if corr else None,
+            timing=Timing(**tim) if tim else None,
+            findings=tuple(Finding.from_dict(f) for f in d.get("findings", [])),
+            environment=d.get("environment", {}),
+        )
+
+
+def _median(xs: tuple[float, ...]) -> float:
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
