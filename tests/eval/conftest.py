@@ -5,7 +5,7 @@ import pytest
 from cudal1.config import EvalConfig, SandboxConfig, TimingConfig
 from cudal1.schema import Task
 
-GEMM_RELU = '''
+GEMM_RELU = """
 import torch
 import torch.nn as nn
 
@@ -25,7 +25,7 @@ def get_inputs():
 
 def get_init_inputs():
     return [32]
-'''
+"""
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def task() -> Task:
 
 def candidate(forward_body: str, imports: str = "", init_extra: str = "") -> str:
     """A ModelNew with the reference's parameters and a custom forward body."""
-    return f'''
+    return f"""
 import torch
 import torch.nn as nn
 {imports}
@@ -47,7 +47,12 @@ class ModelNew(nn.Module):
 {init_extra}
     def forward(self, x):
 {forward_body}
-'''
+"""
+
+
+@pytest.fixture(name="candidate")
+def candidate_fixture():
+    return candidate
 
 
 @pytest.fixture

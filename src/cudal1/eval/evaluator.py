@@ -51,6 +51,8 @@ class StageFailed(Exception):
 
 
 def resolve_device(device: str) -> str:
+    if device == "cuda":
+        return "cuda:0"
     if device != "auto":
         return device
     import torch

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (device tool): installs carried wheels, runs the GPU tests and the
+# benchmarks, and writes logs under $OUT. Usage: bash scripts/gpu-check.sh [tests|bench|all] [ARGS...]
+set -uo pipefail
+OUT=${OUT:-/tmp/cudal1-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD/src
+else
+  export PYTHONPATH=$PWD/src
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$OUT/gpu.txt"
+what=${1:-all}; shift || true
+rc=0
+if [[ $what == tests || $what == all ]]; then
+  python3 -m pytest -m gpu -q -x -p no:cacheprovider tests "$@" 2>&1 | tee "$OUT/pytest-gpu.log"
+  rc=${PIPESTATUS[0]}
+fi
+if [[ $what == bench || $what == all ]]; then
+  python3 benchmarks/evaluator.py "$@" 2>&1 | tee "$OUT/bench-evaluator.log" || rc=1
+fi
+if [[ $what == optimize ]]; then
+  python3 -m cudal1.cli optimize "$@" 2>&1 | tee "$OUT/optimize.log" || rc=1
+fi
+exit $rc

@@ -1,0 +1,175 @@
+"""The evaluator end to end on CPU: every stage, with candidates that crash, hang, raise, return
+the wrong shape, are numerically wrong, and are right."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from cudal1.config import EvalConfig
+from cudal1.eval.evaluator import evaluate
+from cudal1.eval.pool import EvalPool
+from cudal1.schema import EvalRequest, EvalResult, Stage
+
+RIGHT_BODY = "        return torch.relu(self.lin(x))"
+
+
+def _eval(task, source, config: EvalConfig) -> EvalResult:
+    return evaluate(task, source, config)
+
+
+def test_right_candidate_passes_every_stage(task, fast_config, candidate):
+    RIGHT = candidate(RIGHT_BODY)
+    result = _eval(task, RIGHT, fast_config)
+    assert [s.stage for s in result.stages] == [
+        Stage.STATIC,
+        Stage.COMPILE,
+        Stage.LOAD,
+        Stage.CORRECTNESS,
+        Stage.TIMING,
+    ]
+    assert all(s.ok for s in result.stages)
+    assert result.correctness is not None and result.correctness.passed == 5
+    assert result.correctness.against == "float64"
+    t = result.timing
+    assert t is not None and result.ok
+    assert len(t.ref_ms) == len(t.cand_ms) == len(t.ref_wall_ms) == len(t.cand_wall_ms) >= 5
+    assert t.ci_low <= t.speedup <= t.ci_high
+    assert t.stop_reason in {"precision", "budget", "max_samples"}
+
+
+def test_segfault_costs_only_the_candidate(task, fast_config, candidate):
+    src = candidate("        import ctypes\n        ctypes.string_at(0)\n        return x")
+    result = _eval(task, src, fast_config)
+    assert result.failed_stage is Stage.CORRECTNESS
+    assert "SIGSEGV" in result.error
+    assert not result.ok and result.speedup is None
+
+
+def test_hang_is_killed_after_the_timeout(task, fast_config, candidate):
+    src = candidate("        while True:\n            pass")
+    result = _eval(task, src, fast_config)
+    assert result.failed_stage is Stage.CORRECTNESS
+    assert "timed out" in result.error
+
+
+def test_hang_at_import_is_a_compile_failure(task, fast_config):
+    src = "import time\nwhile True:\n    time.sleep(1)\n"
+    cfg = fast_config.model_copy(
+        update={"sandbox": fast_config.sandbox.model_copy(update={"import_timeout_s": 3})}
+    )
+    result = _eval(task, src, cfg)
+    assert result.failed_stage is Stage.COMPILE
+    assert "timed out" in result.error
+
+
+def test_exception_in_forward_is_reported_with_its_message(task, fast_config, candidate):
+    result = _eval(task, candidate("        raise ValueError('boom from forward')"), fast_config)
+    assert result.failed_stage is Stage.CORRECTNESS
+    assert "ValueError: boom from forward" in result.error
+
+
+def test_wrong_shape_is_named(task, fast_config, candidate):
+    result = _eval(task, candidate("        return torch.relu(self.lin(x))[:, :3]"), fast_config)
+    assert result.failed_stage is Stage.CORRECTNESS
+    assert "shape (16, 3), expected (16, 32)" in result.error
+
+
+def test_numerically_wrong_fails_with_its_error(task, fast_config, candidate):
+    result = _eval(task, candidate("        return torch.relu(self.lin(x)) * 1.01"), fast_config)
+    assert result.failed_stage is Stage.CORRECTNESS
+    assert result.correctness is not None and result.correctness.passed == 0
+    assert result.correctness.max_rel_err > 1
+    assert "differs" in result.error
+
+
+def test_nan_never_passes(task, fast_config, candidate):
+    body = "        y = torch.relu(self.lin(x))\n        y[0, 0] = float('nan')\n        return y"
+    result = _eval(task, candidate(body), fast_config)
+    assert result.failed_stage is Stage.CORRECTNESS
+    assert "NaN" in result.error
+
+
+def test_wrong_dtype_is_named(task, fast_config, candidate):
+    result = _eval(task, candidate("        return torch.relu(self.lin(x)).double()"), fast_config)
+    assert "dtype torch.float64, expected torch.float32" in result.error
+
+
+def test_syntax_error_fails_static_with_line(task, fast_config):
+    result = _eval(task, "import torch\ndef broken(:\n", fast_config)
+    assert result.failed_stage is Stage.STATIC
+    assert "line 2" in result.error
+
+
+def test_missing_model_new_fails_compile(task, fast_config):
+    result = _eval(task, "import torch\n", fast_config)
+    assert result.failed_stage is Stage.COMPILE
+    assert "ModelNew" in result.error
+
+
+def test_constructor_mismatch_fails_load(task, fast_config, candidate):
+    RIGHT = candidate(RIGHT_BODY)
+    src = RIGHT.replace("def __init__(self, n):", "def __init__(self):").replace(
+        "nn.Linear(n, n)", "nn.Linear(32, 32)"
+    )
+    result = _eval(task, src, fast_config)
+    assert result.failed_stage is Stage.LOAD
+    assert "TypeError" in result.error
+
+
+def test_candidate_sees_no_secrets_and_runs_in_its_own_dir(task, fast_config, monkeypatch, candidate):
+    monkeypatch.setenv("CUDAL1_TEST_SECRET_KEY", "hunter2")
+    body = (
+        "        import os\n"
+        "        if 'CUDAL1_TEST_SECRET_KEY' in os.environ:\n"
+        "            raise RuntimeError('saw the secret')\n"
+        f"        if os.getcwd() == {os.getcwd()!r}:\n"
+        "            raise RuntimeError('shares the evaluator cwd')\n"
+        "        return torch.relu(self.lin(x))"
+    )
+    result = _eval(task, candidate(body), fast_config)
+    assert result.ok, result.error
+
+
+def test_inputs_come_from_a_secret_seed_per_evaluation(task, fast_config, candidate):
+    RIGHT = candidate(RIGHT_BODY)
+    a = _eval(task, RIGHT, fast_config)
+    b = _eval(task, RIGHT, fast_config)
+    assert a.environment["seed"] != b.environment["seed"]
+
+
+def test_broken_task_is_reported_as_the_task_not_the_candidate(fast_config, candidate):
+    RIGHT = candidate(RIGHT_BODY)
+    from cudal1.schema import Task
+
+    broken = Task("broken", "import torch\nraise ImportError('no such thing')\n")
+    result = _eval(broken, RIGHT, fast_config)
+    assert result.failed_stage is Stage.LOAD
+    assert "reference" in result.error and "no such thing" in result.error
+
+
+def test_pool_streams_results_and_survives_crashes(task, fast_config, candidate):
+    RIGHT = candidate(RIGHT_BODY)
+    sources = {
+        "segv": candidate("        import ctypes\n        ctypes.string_at(0)\n        return x"),
+        "right": RIGHT,
+        "raise": candidate("        raise ValueError('x')"),
+        "right2": candidate("        return torch.clamp_min(self.lin(x), 0)"),
+    }
+    with EvalPool(fast_config, workers=2, spares=1) as pool:
+        got = {
+            req.request_id: res
+            for req, res in pool.evaluate_many(EvalRequest(task, s, k) for k, s in sources.items())
+        }
+    assert set(got) == set(sources)
+    assert got["right"].ok and got["right2"].ok
+    assert not got["segv"].ok and not got["raise"].ok
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_timing_can_be_switched_off(task, fast_config, flag, candidate):
+    RIGHT = candidate(RIGHT_BODY)
+    result = _eval(task, RIGHT, fast_config.model_copy(update={"time": flag}))
+    assert result.correct
+    assert (result.timing is not None) is flag

@@ -1,0 +1,208 @@
+"""Paired timing logic with fake endpoints and an injected clock: no processes, no GPU."""
+
+from __future__ import annotations
+
+import random
+
+from cudal1.config import TimingConfig
+from cudal1.eval import stats
+from cudal1.eval.evaluator import _timing_verdict
+from cudal1.eval.timing import measure_paired
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeEndpoint:
+    """A worker whose calls take ``call_ms`` of trusted time; it may lie about its own time."""
+
+    def __init__(
+        self,
+        clock: FakeClock,
+        call_ms: float,
+        reported_factor: float = 1.0,
+        noise: float = 0.0,
+        hidden_ms: float = 0.0,
+        seed: int = 0,
+    ) -> None:
+        self.clock, self.call_ms, self.reported_factor = clock, call_ms, reported_factor
+        self.noise, self.hidden_ms = noise, hidden_ms
+        self.rng = random.Random(seed)
+        self.calls = 0
+        self.pending: tuple[float, list[int]] | None = None
+
+    def warmup(self, min_calls: int, min_ms: float) -> tuple[int, float]:
+        n = max(min_calls, int(min_ms / self.call_ms) + 1)
+        self.clock.now += n * self.call_ms / 1000
+        return n, n * self.call_ms
+
+    def round_trip_ms(self) -> float:
+        return 0.0
+
+    def prepare(self) -> None:
+        pass
+
+    def start(self, calls: int, first_set: int) -> None:
+        t = calls * self.call_ms * (1 + self.rng.uniform(-self.noise, self.noise))
+        self.clock.now += (t + self.hidden_ms) / 1000  # hidden work: the trusted clock sees it
+        self.calls += calls
+        self.pending = (t * self.reported_factor, [first_set + calls - 1])
+
+    def finish(self) -> tuple[float, list[int]]:
+        assert self.pending is not None
+        out, self.pending = self.pending, None
+        return out
+
+
+def _cfg(**kw) -> TimingConfig:
+    base = dict(warmup_ms=1, min_samples=10, max_samples=400, budget_s=1e9, bootstrap_resamples=300)
+    base.update(kw)
+    return TimingConfig(**base)
+
+
+def test_two_times_faster_candidate_measures_two():
+    clock = FakeClock()
+    out = measure_paired(
+        FakeEndpoint(clock, 2.0, noise=0.01, seed=1),
+        FakeEndpoint(clock, 1.0, noise=0.01, seed=2),
+        _cfg(),
+        3,
+        lambda *a: None,
+        clock=clock,
+        rng=random.Random(0),
+    )
+    assert abs(out.estimate.median - 2.0) < 0.02
+    assert out.estimate.ci_low <= 2.0 <= out.estimate.ci_high
+    assert out.stop_reason == "precision"
+    assert out.calls_per_sample == 1
+
+
+def test_tiny_kernels_are_batched_k_per_sample():
+    clock = FakeClock()
+    out = measure_paired(
+        FakeEndpoint(clock, 0.01),
+        FakeEndpoint(clock, 0.01),
+        _cfg(max_samples=20),
+        2,
+        lambda *a: None,
+        clock=clock,
+    )
+    assert out.calls_per_sample == 100  # K * 10 us = the 1 ms sample target
+
+
+def test_budget_stops_sampling():
+    clock = FakeClock()
+    out = measure_paired(
+        FakeEndpoint(clock, 50.0, noise=0.5, seed=3),
+        FakeEndpoint(clock, 50.0, noise=0.5, seed=4),
+        _cfg(budget_s=2.0, target_rel_ci=1e-6),
+        1,
+        lambda *a: None,
+        clock=clock,
+    )
+    assert out.stop_reason == "budget"
+    assert len(out.ref_ms) < 400
+
+
+def test_output_checks_happen_and_a_failure_stops_timing():
+    clock = FakeClock()
+    seen: list[int] = []
+
+    def check(sample, set_index, digests):
+        seen.append(sample)
+        return "wrong" if sample >= 3 else None
+
+    out = measure_paired(
+        FakeEndpoint(clock, 1.0),
+        FakeEndpoint(clock, 1.0),
+        _cfg(check_output_fraction=1.0),
+        3,
+        check,
+        clock=clock,
+    )
+    assert out.failures == ["wrong"]
+    assert out.stop_reason == "output_check_failed"
+    assert seen == [0, 1, 2, 3]
+
+
+def test_final_output_check_always_runs():
+    clock = FakeClock()
+    seen: list[int] = []
+    measure_paired(
+        FakeEndpoint(clock, 1.0),
+        FakeEndpoint(clock, 1.0),
+        _cfg(check_output_fraction=0.0, max_samples=12),
+        3,
+        lambda s, i, d: seen.append(s),
+        clock=clock,
+    )
+    assert seen == [0, 10]  # the first sample, then one after all ten (noise-free: precision at ten)
+
+
+def test_forged_worker_times_are_caught_by_the_trusted_clock():
+    clock = FakeClock()
+    # Candidate takes as long as the reference but reports a quarter of it.
+    out = measure_paired(
+        FakeEndpoint(clock, 1.0, noise=0.01),
+        FakeEndpoint(clock, 1.0, reported_factor=0.25, noise=0.01),
+        _cfg(),
+        2,
+        lambda *a: None,
+        clock=clock,
+    )
+    assert out.estimate.median > 3.5
+    timing, findings = _timing_verdict(out, "cpu", 0.10)
+    assert [f.code for f in findings] == ["clock_disagreement"]
+    assert abs(timing.speedup - 1.0) < 0.05
+
+
+def test_hidden_work_outside_the_worker_clock_is_flagged():
+    clock = FakeClock()
+    out = measure_paired(
+        FakeEndpoint(clock, 2.0),
+        FakeEndpoint(clock, 1.0, hidden_ms=1.5),
+        _cfg(max_samples=30),
+        2,
+        lambda *a: None,
+        clock=clock,
+    )
+    timing, findings = _timing_verdict(out, "cpu", 0.10)
+    assert findings and findings[0].code == "clock_disagreement"
+    assert timing.speedup < 1.0  # 2 ms vs 2.5 ms of real time
+
+
+def test_honest_candidate_is_not_flagged():
+    clock = FakeClock()
+    out = measure_paired(
+        FakeEndpoint(clock, 2.0, noise=0.02),
+        FakeEndpoint(clock, 1.0, noise=0.02),
+        _cfg(),
+        2,
+        lambda *a: None,
+        clock=clock,
+    )
+    timing, findings = _timing_verdict(out, "cpu", 0.10)
+    assert findings == []
+    assert abs(timing.speedup - 2.0) < 0.05
+
+
+def test_bootstrap_interval_narrows_with_more_samples():
+    rng = random.Random(0)
+    small = [1 + rng.gauss(0, 0.05) for _ in range(10)]
+    large = [1 + rng.gauss(0, 0.05) for _ in range(400)]
+    import numpy as np
+
+    a = stats.bootstrap_median(np.array(small), 500)
+    b = stats.bootstrap_median(np.array(large), 500)
+    assert b.rel_half_width < a.rel_half_width
+
+
+def test_calls_per_sample_rules():
+    assert stats.calls_per_sample(0.5, 0.1, 1.0, 1000) == 1
+    assert stats.calls_per_sample(0.002, 0.1, 1.0, 1000) == 500
+    assert stats.calls_per_sample(0.0001, 0.1, 1.0, 1000) == 1000
