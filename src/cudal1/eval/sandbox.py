@@ -99,6 +99,9 @@ class WorkerProcess:
             TRITON_CACHE_DIR=str(self.dir / "triton"),
             PYTHONDONTWRITEBYTECODE="1",
             PYTHONUNBUFFERED="1",
+            # Two workers alternate on few cores: spinning OpenMP threads of the idle one would
+            # steal time from the one being timed.
+            OMP_WAIT_POLICY="PASSIVE",
         )
         env.update(extra)
         return env

@@ -89,6 +89,8 @@ class Worker:
         self.device = torch.device(device)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
+        else:
+            torch.set_num_threads(1)  # CPU timing: one core per side, so the pair does not contend
         torch.manual_seed(seed)
         model = getattr(self.module, cls)(*args)
         self.model = model.to(self.device) if isinstance(model, torch.nn.Module) else model

@@ -1,0 +1,1 @@
+"""Pure metrics and rendering of results (terminal, Markdown, JSON)."""
