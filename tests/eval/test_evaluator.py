@@ -139,11 +139,11 @@ def test_inputs_come_from_a_secret_seed_per_evaluation(task, fast_config, candid
     assert a.environment["seed"] != b.environment["seed"]
 
 
-def test_broken_task_is_reported_as_the_task_not_the_candidate(fast_config, candidate):
+def test_broken_task_is_reported_as_the_task_not_the_candidate(task, fast_config, candidate):
     RIGHT = candidate(RIGHT_BODY)
     from cudal1.schema import Task
 
-    broken = Task("broken", "import torch\nraise ImportError('no such thing')\n")
+    broken = Task("broken", task.source + "\nraise ImportError('no such thing')\n")
     result = _eval(broken, RIGHT, fast_config)
     assert result.failed_stage is Stage.LOAD
     assert "reference" in result.error and "no such thing" in result.error

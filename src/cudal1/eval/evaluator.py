@@ -83,7 +83,7 @@ class ReferenceWorker:
         try:
             self.info = self.process.request("hello")
             self.device_info = self.process.request("device_info", device=self.device)
-            self.process.request("load_task", source=self.task.source, name=self.task.name)
+            self.process.request("load_task", source=self.task.source, name=self.task.name, path=self.task.path)
         except (RemoteError, WorkerError) as exc:
             self.error = f"reference: task {self.task.name!r} failed to load: {exc}"
             raise StageFailed(Stage.LOAD, self.error) from None

@@ -61,11 +61,11 @@ class Worker:
             "sms": props.multi_processor_count,
         }
 
-    def cmd_load_task(self, source: str, name: str) -> dict[str, Any]:
-        self.module = _import_source(source, f"cudal1_task_{abs(hash(name))}", Path("task.py"))
-        missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if not hasattr(self.module, n)]
-        if missing:
-            raise RuntimeError(f"task defines no {', '.join(missing)}")
+    def cmd_load_task(self, source: str, name: str, path: str | None = None) -> dict[str, Any]:
+        from cudal1.schema import Task
+        from cudal1.tasks import import_task_module
+
+        self.module = import_task_module(Task(name, source, path=path))
         return {}
 
     def cmd_load_candidate(self, source: str, env: dict[str, str] | None = None) -> dict[str, Any]:
