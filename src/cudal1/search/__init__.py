@@ -1,0 +1,1 @@
+"""Contrastive search: candidate database, prompts, reply parsing, exemplar selection, baselines."""

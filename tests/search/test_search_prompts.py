@@ -1,0 +1,93 @@
+"""Prompt rendering: the paper's structure, the restrictions, and a stable hash."""
+
+from __future__ import annotations
+
+import pytest
+
+from cudal1.search.parsing import extract
+from cudal1.search.prompts import Exemplar, prompt_hash, render_contrastive_prompt, render_generation_prompt
+
+FAST = "class ModelNew(nn.Module):\n    FAST = True\n"
+SLOW = "class ModelNew(nn.Module):\n    SLOW = True\n"
+BROKEN = "class ModelNew(nn.Module):\n    BROKEN = True\n"
+
+RESTRICTION_MARKERS = (
+    "cudnn.benchmark",
+    "local `with` context",
+    "Do not cache",
+    "side streams or threads",
+    "lazy tensors, tensor subclasses",
+    "float16, bfloat16 or TF32",
+    "Do not instantiate or call the reference `Model`",
+    "read or write files, use the network",
+    "same constructor arguments",
+    "same `forward` arguments",
+    "inputs' device",
+)
+
+
+def test_generation_prompt_structure(gemm_task):
+    messages = render_generation_prompt(gemm_task)
+    assert [m["role"] for m in messages] == ["system", "user"]
+    user = messages[1]["content"]
+    assert gemm_task.source.strip() in user
+    order = [
+        user.index(h)
+        for h in (
+            "# Reference implementation",
+            "# Task for CUDA optimization",
+            "# Requirements and restrictions",
+            "# Output format",
+        )
+    ]
+    assert order == sorted(order)
+    for marker in RESTRICTION_MARKERS:
+        assert marker in user, marker
+    assert "${" not in user
+
+
+def test_contrastive_prompt_shows_variants_with_speedups_then_protocol(gemm_task):
+    exemplars = [
+        Exemplar(
+            BROKEN, None, False, [], label="#3", error="correctness stage failed: max error 0.5\nTraceback..."
+        ),
+        Exemplar(SLOW, 0.87, True, ["calls_reference_model: wraps the reference"], label="#1"),
+        Exemplar(FAST, 1.83, True, [], label="#2"),
+    ]
+    user = render_contrastive_prompt(gemm_task, exemplars)[-1]["content"]
+    assert gemm_task.source.strip() in user
+    assert "## Variant 1 (#3) — incorrect: correctness stage failed: max error 0.5\n" in user
+    assert "## Variant 2 (#1) — speedup 0.87x (correct)" in user
+    assert "Evaluator notes: calls_reference_model: wraps the reference" in user
+    assert "## Variant 3 (#2) — speedup 1.83x (correct)" in user
+    positions = [user.index(code) for code in (BROKEN, SLOW, FAST)]
+    assert positions == sorted(positions)
+    protocol = user.index("# Generation protocol")
+    assert positions[-1] < protocol
+    assert user.index("## Performance analysis", protocol) < user.index("## Implementation", protocol)
+    for marker in RESTRICTION_MARKERS:
+        assert marker in user, marker
+
+
+def test_contrastive_prompt_needs_exemplars(gemm_task):
+    with pytest.raises(ValueError, match="at least one exemplar"):
+        render_contrastive_prompt(gemm_task, [])
+
+
+def test_exemplar_with_backticks_cannot_break_its_fence(gemm_task):
+    tricky = FAST + 'NOTE = """\n```\nnot the end\n```\n"""\n'
+    user = render_contrastive_prompt(gemm_task, [Exemplar(tricky, 1.2, True, [])])[-1]["content"]
+    assert "````python\n" + tricky.strip("\n") + "\n````" in user
+
+
+def test_a_reply_in_the_requested_format_parses(gemm_task):
+    reply = "## Performance analysis\nVariant 2 is faster.\n\n## Implementation\n```python\n" + FAST + "```\n"
+    assert extract(reply).code == FAST
+
+
+def test_prompt_hash_is_stable_and_content_addressed(gemm_task):
+    a = render_contrastive_prompt(gemm_task, [Exemplar(FAST, 1.5, True, [])])
+    b = render_contrastive_prompt(gemm_task, [Exemplar(FAST, 1.5, True, [])])
+    c = render_contrastive_prompt(gemm_task, [Exemplar(FAST, 1.6, True, [])])
+    assert prompt_hash(a) == prompt_hash(b) != prompt_hash(c)
+    assert len(prompt_hash(a)) == 64
