@@ -1,0 +1,130 @@
+"""The RL reward of one evaluated candidate, and group normalisation for GRPO.
+
+``reward_from_result`` turns an ``EvalResult`` into one number, in this order:
+
+1. a REJECT finding earns ``cfg.reject``; an incorrect, failed or untimed candidate ``cfg.incorrect``;
+2. the speedup that counts is the lower bound of the bootstrap interval, floored to ``cfg.quantum``
+   (timing-and-anchors.md section 2.7: "Reward = floor(lower CI bound, 2 dp)"), so noise never
+   pays;
+3. a speedup within ``max(2 %, 2 x CI half-width)`` of 1.0 is 1.0 (section 2.7's snap): moving
+   noise around a tie must not be learned as progress;
+4. the reward is ``log(speedup)`` (a 2x gain and a 2x loss weigh the same), capped at
+   ``log(t_ref / SOL)`` when a speed-of-light time is given (section 6, proposal 6: nothing beats
+   the physical floor, so more is a hack or a measurement error), and clipped to
+   ``[cfg.min, cfg.max]``;
+5. each WARNING finding subtracts ``cfg.warning_penalty`` (never below ``cfg.min``).
+
+Disagreement between the worker's clock and the trusted one is not handled here: the evaluator
+records it as a finding, and findings are what this function reads.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from cudal1.schema import EvalResult, Severity
+
+
+class RewardConfig(BaseModel):
+    """How an evaluation result becomes a scalar reward; every field is used below."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    incorrect: float = Field(
+        -1.0, description="Reward of a candidate that fails a stage, is incorrect or was not timed."
+    )
+    reject: float = Field(
+        -1.0, description="Reward of a candidate with any REJECT finding (a detected hack)."
+    )
+    min: float = Field(-1.0, description="Lower clip of the log-speedup reward; -1.0 is a 0.37x slowdown.")
+    max: float = Field(
+        math.log(10.0),
+        description="Upper clip of the log-speedup reward; log(10): speedups over 10x go to audit "
+        "(reward-hacks.md, 'Cheap layer on top of all five').",
+    )
+    use_ci_low: bool = Field(
+        True, description="Reward the lower bound of the speedup's confidence interval instead of its median."
+    )
+    quantum: float = Field(
+        0.01,
+        ge=0.0,
+        description="Floor the speedup to this step before taking the log (0 disables; timing note 2.7).",
+    )
+    snap_rel: float = Field(
+        0.02, ge=0.0, description="Speedups within this relative distance of 1.0 count as exactly 1.0."
+    )
+    snap_ci_factor: float = Field(
+        2.0, ge=0.0, description="Also snap within this many CI half-widths of 1.0 (timing note 2.7)."
+    )
+    cap_at_sol: bool = Field(
+        True, description="When a speed-of-light time is given, cap the reward at log(t_ref / t_SOL)."
+    )
+    warning_penalty: float = Field(
+        0.05, ge=0.0, description="Subtracted per WARNING finding (audit triggers cost a little)."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RewardConfig:
+        if not self.min <= 0.0 <= self.max:
+            raise ValueError(f"need min <= 0 <= max, got min={self.min}, max={self.max}")
+        return self
+
+
+def _counted_speedup(result: EvalResult, cfg: RewardConfig) -> float:
+    """The conservative speedup: CI lower bound (or median), floored to ``cfg.quantum``."""
+    assert result.timing is not None
+    s = result.timing.ci_low if cfg.use_ci_low else result.timing.speedup
+    if cfg.quantum > 0 and math.isfinite(s):
+        s = math.floor(s / cfg.quantum + 1e-9) * cfg.quantum  # 1e-9: 1.10 stays 1.10
+    return s
+
+
+def _snaps_to_one(result: EvalResult, cfg: RewardConfig) -> bool:
+    timing = result.timing
+    assert timing is not None
+    half_width = timing.ci_half_width if math.isfinite(timing.ci_half_width) else 0.0
+    return abs(timing.speedup - 1.0) < max(cfg.snap_rel, cfg.snap_ci_factor * half_width)
+
+
+def reward_from_result(result: EvalResult, cfg: RewardConfig, *, sol_ms: float | None = None) -> float:
+    """Scalar reward of one evaluated candidate (see the module docstring for the rules).
+
+    ``sol_ms`` is the task's speed-of-light time on this device (``roofline.sol_ms``); with
+    ``cfg.cap_at_sol`` the reward cannot exceed ``log(reference time / sol_ms)``.
+    """
+    if result.rejected:
+        return cfg.reject
+    if not result.correct or result.timing is None:
+        return cfg.incorrect
+    if _snaps_to_one(result, cfg):
+        reward = 0.0
+    else:
+        s = _counted_speedup(result, cfg)
+        reward = math.log(s) if s > 0 and math.isfinite(s) else cfg.min
+    if cfg.cap_at_sol and sol_ms is not None and sol_ms > 0:
+        ref_ms = result.timing.ref_median_ms
+        if math.isfinite(ref_ms) and ref_ms > 0:
+            reward = min(reward, max(0.0, math.log(ref_ms / sol_ms)))
+    reward = min(max(reward, cfg.min), cfg.max)
+    warnings = sum(f.severity is Severity.WARNING for f in result.findings)
+    return max(cfg.min, reward - cfg.warning_penalty * warnings)
+
+
+def smooth_group(rewards: list[float], *, eps: float = 1e-6, clip: float = 5.0) -> list[float]:
+    """GRPO group normalisation: (r - mean) / (std + eps), clipped to [-clip, clip].
+
+    All candidates for one prompt form a group; only their differences carry signal. A group of
+    equal rewards gives zeros (no gradient), not noise amplified by a tiny std. Population std;
+    non-finite rewards are a bug upstream and raise.
+    """
+    if not rewards:
+        return []
+    if not all(math.isfinite(r) for r in rewards):
+        raise ValueError(f"non-finite reward in group: {rewards}")
+    if max(rewards) == min(rewards):
+        return [0.0] * len(rewards)  # exactly: float rounding of the mean would leave ~1e-10
+    mean = math.fsum(rewards) / len(rewards)
+    std = math.sqrt(math.fsum((r - mean) ** 2 for r in rewards) / len(rewards))
+    return [min(max((r - mean) / (std + eps), -clip), clip) for r in rewards]
