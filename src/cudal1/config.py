@@ -46,7 +46,7 @@ class TimingConfig(_Strict):
     sample_target_ms: float = Field(1.0, gt=0, description="K is chosen so that K calls take about this long")
     max_calls_per_sample: int = Field(2000, ge=1)
     min_samples: int = Field(10, ge=3, description="paired samples before the stop rule is consulted")
-    max_samples: int = Field(200, ge=3)
+    max_samples: int = Field(1000, ge=3)
     target_rel_ci: float = Field(
         0.005, gt=0, description="stop once the 95% interval's half-width is below this fraction"
     )
@@ -54,7 +54,10 @@ class TimingConfig(_Strict):
     flush_l2_bytes: int = Field(256 * 2**20, ge=0, description="bytes written before each sample (GPU only)")
     bootstrap_resamples: int = Field(2000, ge=100)
     check_output_fraction: float = Field(
-        0.25, ge=0, le=1, description="share of timed samples whose output is fetched and compared"
+        0.05, ge=0, le=1, description="chance that a timed sample's output is fetched and compared"
+    )
+    max_output_checks: int = Field(
+        4, ge=1, description="timed outputs checked at most (the first sample's and one after the last always)"
     )
     clock_disagreement: float = Field(
         0.10, gt=0, description="flag when the worker clock beats the trusted clock by more than this"

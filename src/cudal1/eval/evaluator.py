@@ -25,10 +25,9 @@ from typing import Any
 
 from cudal1.config import EvalConfig
 from cudal1.eval import stats
-from cudal1.eval.compare import compare_outputs
+from cudal1.eval.compare import Comparison
 from cudal1.eval.sandbox import RemoteError, WorkerError, WorkerProcess
 from cudal1.eval.timing import PairedOutcome, measure_paired
-from cudal1.eval.wire import digest
 from cudal1.schema import (
     Correctness,
     EvalResult,
@@ -64,13 +63,16 @@ def default_build_cache() -> Path:
     return Path.home() / ".cache" / "cudal1" / "builds"
 
 
+_DEVICE_INFO: dict[str, dict[str, Any]] = {}
+
+
 class ReferenceWorker:
     """A trusted worker holding one task's reference; reused across that task's evaluations."""
 
-    def __init__(self, task: Task, config: EvalConfig, device: str) -> None:
+    def __init__(self, task: Task, config: EvalConfig, device: str, cpus: set[int] | None = None) -> None:
         self.task = task
         self.device = device
-        self.process = WorkerProcess(config.sandbox, role="reference")
+        self.process = WorkerProcess(config.sandbox, role="reference", cpus=cpus)
         self.lock = threading.Lock()
         self.info: dict[str, Any] = {}
         self.device_info: dict[str, Any] = {}
@@ -82,8 +84,14 @@ class ReferenceWorker:
             return
         try:
             self.info = self.process.request("hello")
-            self.device_info = self.process.request("device_info", device=self.device)
-            self.process.request("load_task", source=self.task.source, name=self.task.name, path=self.task.path)
+            # Queried once per device: each query makes a CUDA context, which would disturb a
+            # timing run under way in other workers.
+            if self.device not in _DEVICE_INFO:
+                _DEVICE_INFO[self.device] = self.process.request("device_info", device=self.device)
+            self.device_info = _DEVICE_INFO[self.device]
+            self.process.request(
+                "load_task", source=self.task.source, name=self.task.name, path=self.task.path
+            )
         except (RemoteError, WorkerError) as exc:
             self.error = f"reference: task {self.task.name!r} failed to load: {exc}"
             raise StageFailed(Stage.LOAD, self.error) from None
@@ -163,9 +171,11 @@ class Evaluation:
         return True
 
     def run_compile(self, cand: WorkerProcess, env: dict[str, str]) -> None:
-        """Import the candidate (load_inline builds happen here); no device work yet."""
+        """Import the candidate (load_inline builds happen here); no device work yet. The task
+        module is imported first, by trusted code, so the worker can make inputs itself."""
         self.cand = cand
         with self.stage(Stage.COMPILE):
+            cand.request("load_task", source=self.task.source, name=self.task.name, path=self.task.path)
             cand.request(
                 "load_candidate", timeout=self.config.sandbox.import_timeout_s, source=self.source, env=env
             )
@@ -198,61 +208,82 @@ class Evaluation:
         with self.stage(Stage.TIMING):
             self._time(ref, seeds)
 
+    def _make_inputs(self, ref: ReferenceWorker, seed: int, key: str) -> None:
+        """Both workers make the same inputs from a seed drawn here; the reference keeps its outputs."""
+        assert self.cand is not None
+        want = _ref(ref.process, "make_inputs", seed=seed, key=key)["digest"]
+        got = self.cand.request("make_inputs", seed=seed, key=key)["digest"]
+        if list(got) != list(want):
+            self.findings.append(
+                Finding(
+                    "input_generation_tampered",
+                    Severity.REJECT,
+                    Stage.INTEGRITY,
+                    "the candidate's process made different inputs from the same seed",
+                    {"key": key},
+                )
+            )
+            raise StageFailed(
+                Stage.CORRECTNESS, "inputs made in the candidate's process differ from the reference's"
+            )
+        r = _ref(ref.process, "run", key=key, float64=self.config.tolerance.float64_reference, keep=True)
+        if r.get("float64_error"):
+            self.environment["float64_error"] = r["float64_error"]
+
+    def _compare(self, ref: ReferenceWorker, key: str, raw_reply: bytes) -> tuple[Comparison, list[Any]]:
+        r = _ref(
+            ref.process,
+            "compare",
+            key=key,
+            reply=raw_reply,
+            tolerance=self.config.tolerance.model_dump(),
+            device_type=_device_type(self.device),
+        )
+        return Comparison(**r["comparison"]), list(r["digests"])
+
     def _check_correctness(self, ref: ReferenceWorker, seeds: _Seeds) -> None:
         assert self.cand is not None
-        tol = self.config.tolerance
         worst_abs, worst_rel, scale, against = 0.0, 0.0, 1.0, "reference"
         n = self.config.correctness_trials
         for trial in range(n):
-            inputs = _ref(ref.process, "make_inputs", seed=seeds.next())["inputs"]
-            r = _ref(ref.process, "run", inputs=inputs, float64=tol.float64_reference)
-            c = self.cand.request("run", inputs=inputs)
-            cmp = compare_outputs(
-                c["outputs"], r["outputs"], r.get("outputs64"), tol, _device_type(self.device)
-            )
+            key = f"check{trial}"
+            self._make_inputs(ref, seeds.next(), key)
+            cmp, _ = self._compare(ref, key, self.cand.request_raw("run", key=key))
+            for proc in (ref.process, self.cand):
+                proc.request("forget", keys=[key])
             against = cmp.against
             if not cmp.ok:
                 self.correctness = Correctness(
                     n, trial, cmp.max_abs_err, cmp.max_rel_err, cmp.scale, against, cmp.message
                 )
                 raise StageFailed(Stage.CORRECTNESS, f"input set {trial + 1}/{n}: {cmp.message}")
-            worst_abs, worst_rel, scale = (
-                max(worst_abs, cmp.max_abs_err),
-                max(worst_rel, cmp.max_rel_err),
-                max(scale, cmp.scale),
-            )
+            worst_abs, worst_rel = max(worst_abs, cmp.max_abs_err), max(worst_rel, cmp.max_rel_err)
+            scale = max(scale, cmp.scale)
         self.correctness = Correctness(n, n, worst_abs, worst_rel, scale, against)
 
     def _time(self, ref: ReferenceWorker, seeds: _Seeds) -> None:
         assert self.cand is not None
-        cfg, tol = self.config.timing, self.config.tolerance
-        sets = [
-            _ref(ref.process, "make_inputs", seed=seeds.next())["inputs"]
-            for _ in range(self.config.timing_input_sets)
-        ]
-        expected = [_ref(ref.process, "run", inputs=s, float64=tol.float64_reference) for s in sets]
-        flush = cfg.flush_l2_bytes
-        _ref(ref.process, "set_timing_inputs", sets=sets, flush_bytes=flush)
-        self.cand.request("set_timing_inputs", sets=sets, flush_bytes=flush)
+        cfg = self.config.timing
+        keys = [f"time{i}" for i in range(self.config.timing_input_sets)]
+        for key in keys:
+            self._make_inputs(ref, seeds.next(), key)
+        _ref(ref.process, "set_timing_inputs", keys=keys, flush_bytes=cfg.flush_l2_bytes)
+        self.cand.request("set_timing_inputs", keys=keys, flush_bytes=cfg.flush_l2_bytes)
         cand = self.cand
-        device_type = _device_type(self.device)
 
         def check(sample: int, set_index: int, digests: list[Any]) -> str | None:
-            got = cand.request("fetch_last")["outputs"]
-            real = [digest(v) if hasattr(v, "dtype") else None for v in got["values"]]
+            cmp, real = self._compare(ref, keys[set_index], cand.request_raw("fetch_last"))
             if list(digests) != real:
                 return (
                     f"sample {sample}: the output fetched afterwards is not the one timed (digest mismatch)"
                 )
-            exp = expected[set_index]
-            cmp = compare_outputs(got, exp["outputs"], exp.get("outputs64"), tol, device_type)
             return None if cmp.ok else f"sample {sample}: timed output wrong: {cmp.message}"
 
         outcome = measure_paired(
-            WorkerEndpoint(ref.process, trusted=True),
+            WorkerEndpoint(ref.process),
             WorkerEndpoint(cand),
             cfg,
-            len(sets),
+            len(keys),
             check,
             rng=random.Random(seeds.next()),
         )
@@ -277,9 +308,8 @@ class Evaluation:
 class WorkerEndpoint:
     """``timing.Endpoint`` over a worker process."""
 
-    def __init__(self, process: WorkerProcess, trusted: bool = False) -> None:
+    def __init__(self, process: WorkerProcess) -> None:
         self.process = process
-        self.trusted = trusted
         self._rtt: float | None = None
 
     def warmup(self, min_calls: int, min_ms: float) -> tuple[int, float]:
@@ -382,7 +412,12 @@ def _ref(process: WorkerProcess, cmd: str, **args: Any) -> dict[str, Any]:
         raise StageFailed(_REF_STAGE.get(cmd, Stage.LOAD), f"reference failed in {cmd}: {exc}") from None
 
 
-_REF_STAGE = {"run": Stage.CORRECTNESS, "make_inputs": Stage.CORRECTNESS, "set_timing_inputs": Stage.TIMING}
+_REF_STAGE = {
+    "run": Stage.CORRECTNESS,
+    "make_inputs": Stage.CORRECTNESS,
+    "compare": Stage.CORRECTNESS,
+    "set_timing_inputs": Stage.TIMING,
+}
 
 
 def _static_findings(source: str) -> list[Finding]:

@@ -11,6 +11,7 @@ is killed (it ran untrusted code); the reference worker stays for the task's nex
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from collections.abc import Iterable, Iterator
@@ -34,9 +35,10 @@ log = logging.getLogger(__name__)
 class SparePool:
     """Candidate worker processes started ahead of need (each serves one candidate)."""
 
-    def __init__(self, config: EvalConfig, target: int) -> None:
+    def __init__(self, config: EvalConfig, target: int, cpus: set[int] | None = None) -> None:
         self.config = config
         self.target = target
+        self.cpus = cpus
         self._ready: queue.Queue[WorkerProcess] = queue.Queue()
         self._lock = threading.Lock()
         self._closed = False
@@ -45,13 +47,13 @@ class SparePool:
     def _fill(self) -> None:
         with self._lock:
             while not self._closed and self._ready.qsize() < self.target:
-                self._ready.put(WorkerProcess(self.config.sandbox, role="candidate"))
+                self._ready.put(WorkerProcess(self.config.sandbox, role="candidate", cpus=self.cpus))
 
     def take(self) -> WorkerProcess:
         try:
             worker = self._ready.get_nowait()
         except queue.Empty:
-            worker = WorkerProcess(self.config.sandbox, role="candidate")
+            worker = WorkerProcess(self.config.sandbox, role="candidate", cpus=self.cpus)
         if self.target:
             threading.Thread(target=self._fill, daemon=True).start()
         if not worker.alive:
@@ -78,9 +80,10 @@ class EvalPool:
         self._device_slots: queue.Queue[str] = queue.Queue()
         for d in self.devices:
             self._device_slots.put(d)
+        self._timing_cpus, self._general_cpus = _split_cpus(self.devices)
         self._refs: dict[tuple[str, str], ReferenceWorker] = {}
         self._refs_lock = threading.Lock()
-        self._spares = SparePool(config, spares)
+        self._spares = SparePool(config, spares, self._general_cpus)
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cudal1-eval")
         self.build_cache: Path = config.build_cache or default_build_cache()
 
@@ -141,7 +144,13 @@ class EvalPool:
             if not ev.attach_reference(ref):
                 return
             with ref.lock:
+                pair = self._timing_cpus.get(device)
+                if pair and ev.cand is not None:
+                    ref.process.pin({pair[0]})
+                    ev.cand.pin({pair[1]})
                 ev.run_on_device(ref)
+                if pair and self._general_cpus:
+                    ref.process.pin(self._general_cpus)
             if not ref.process.alive:
                 self._drop_reference(ref)
         finally:
@@ -152,7 +161,7 @@ class EvalPool:
         with self._refs_lock:
             ref = self._refs.get(key)
             if ref is None or not ref.process.alive:
-                ref = ReferenceWorker(task, self.config, device)
+                ref = ReferenceWorker(task, self.config, device, self._general_cpus)
                 self._refs[key] = ref
             return ref
 
@@ -162,3 +171,13 @@ class EvalPool:
                 if value is ref:
                     del self._refs[key]
         ref.close()
+
+
+def _split_cpus(devices: list[str]) -> tuple[dict[str, tuple[int, int]], set[int] | None]:
+    """Two cores of its own per device for the timed pair, when the machine has cores to spare;
+    everything else (imports, builds) runs on the rest."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2 * len(devices) + 2:
+        return {}, None
+    pairs = {d: (cpus[2 * i], cpus[2 * i + 1]) for i, d in enumerate(devices)}
+    return pairs, set(cpus[2 * len(devices) :])

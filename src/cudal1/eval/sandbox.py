@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from cudal1.config import SandboxConfig
-from cudal1.eval.wire import WireError, decode, encode
+from cudal1.eval.wire import WireError, decode, encode, header
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +64,11 @@ class WorkerProcess:
         *,
         extra_env: dict[str, str] | None = None,
         role: str = "candidate",
+        cpus: set[int] | None = None,
     ) -> None:
         self.config = config
         self.role = role
+        self.cpus = cpus
         self.dir = Path(tempfile.mkdtemp(prefix=f"cudal1-{role}-"))
         self.log_path = self.dir / "worker.log"
         parent_sock, child_sock = socket.socketpair()
@@ -107,6 +109,8 @@ class WorkerProcess:
         return env
 
     def _limits(self) -> None:
+        if self.cpus:
+            os.sched_setaffinity(0, self.cpus)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if self.config.cpu_time_limit_s:
             lim = int(self.config.cpu_time_limit_s)
@@ -136,6 +140,25 @@ class WorkerProcess:
             raise RemoteError(str(reply.get("error", "unknown error")), str(reply.get("traceback", "")))
         return reply
 
+    def request_raw(self, cmd: str, timeout: float | None = None, **args: Any) -> bytes:
+        """Like ``request`` but returns the reply undecoded, for forwarding large outputs to the
+        reference worker, which compares them; only the JSON header is read here."""
+        self.wait_ready()
+        try:
+            self.conn.send_bytes(encode({"cmd": cmd, **args}))
+        except OSError as exc:
+            raise self._died(f"while sending {cmd!r}: {exc}") from None
+        data = self._receive_bytes(timeout if timeout is not None else self.config.call_timeout_s, cmd)
+        try:
+            head = header(data)
+        except WireError as exc:
+            self.kill()
+            raise WorkerError(f"{self.role} worker sent a bad message: {exc}", kind="protocol") from None
+        if not isinstance(head, dict) or not head.get("ok"):
+            err = head.get("error", "unknown error") if isinstance(head, dict) else "non-dict reply"
+            raise RemoteError(str(err), str(head.get("traceback", "")) if isinstance(head, dict) else "")
+        return data
+
     def send(self, cmd: str, **args: Any) -> None:
         """Send without waiting, for a caller that times the round trip itself (see ``receive``)."""
         self.conn.send_bytes(encode({"cmd": cmd, **args}))
@@ -147,17 +170,7 @@ class WorkerProcess:
         return reply
 
     def _receive(self, timeout: float, what: str) -> dict[str, Any]:
-        try:
-            if not self.conn.poll(timeout):
-                self.kill()
-                raise WorkerError(
-                    f"{self.role} worker timed out after {timeout:.0f}s during {what}",
-                    kind="timeout",
-                    log_tail=self.log_tail(),
-                )
-            data = self.conn.recv_bytes()
-        except (EOFError, OSError) as exc:
-            raise self._died(f"during {what}: {type(exc).__name__}") from None
+        data = self._receive_bytes(timeout, what)
         try:
             reply = decode(data)
         except WireError as exc:
@@ -167,6 +180,19 @@ class WorkerProcess:
             self.kill()
             raise WorkerError(f"{self.role} worker sent a non-dict reply", kind="protocol")
         return reply
+
+    def _receive_bytes(self, timeout: float, what: str) -> bytes:
+        try:
+            if not self.conn.poll(timeout):
+                self.kill()
+                raise WorkerError(
+                    f"{self.role} worker timed out after {timeout:.0f}s during {what}",
+                    kind="timeout",
+                    log_tail=self.log_tail(),
+                )
+            return self.conn.recv_bytes()
+        except (EOFError, OSError) as exc:
+            raise self._died(f"during {what}: {type(exc).__name__}") from None
 
     def _died(self, context: str) -> WorkerError:
         code = self._wait_exit(2.0)
@@ -190,6 +216,17 @@ class WorkerProcess:
             return self.log_path.read_text(errors="replace")[-chars:]
         except OSError:
             return ""
+
+    def pin(self, cpus: set[int]) -> None:
+        """Move every thread of the worker to ``cpus`` (the timed pair gets cores of its own, so
+        compile work elsewhere cannot slow one side's kernel launches and bias the ratio)."""
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{self.proc.pid}/task")]
+        except OSError:
+            tids = [self.proc.pid]
+        for tid in tids:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(tid, cpus)
 
     @property
     def alive(self) -> bool:

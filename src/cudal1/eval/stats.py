@@ -58,25 +58,5 @@ def calls_per_sample(est_call_ms: float, tiny_call_ms: float, target_ms: float, 
     return max(1, min(cap, math.ceil(target_ms / est_call_ms)))
 
 
-def should_stop(
-    estimate: RatioEstimate,
-    samples: int,
-    elapsed_s: float,
-    *,
-    min_samples: int,
-    max_samples: int,
-    target_rel_ci: float,
-    budget_s: float,
-) -> str | None:
-    """The reason to stop sampling now, or None to go on."""
-    if samples >= max_samples:
-        return "max_samples"
-    if elapsed_s >= budget_s and samples >= 3:
-        return "budget"
-    if samples >= min_samples and estimate.rel_half_width <= target_rel_ci:
-        return "precision"
-    return None
-
-
 def median(xs: list[float]) -> float:
     return float(np.median(np.asarray(xs, dtype=float))) if xs else math.nan

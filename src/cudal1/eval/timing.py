@@ -85,7 +85,7 @@ def measure_paired(
             wall = (clock() - t0) * 1000 - rtt[id(side)]
             (out.cand_ms if is_cand else out.ref_ms).append(worker_ms / k)
             (out.cand_wall_ms if is_cand else out.ref_wall_ms).append(max(wall, 1e-9) / k)
-            if is_cand and _should_check(sample, cfg, rng):
+            if is_cand and _should_check(sample, out.checked, cfg, rng):
                 out.checked += 1
                 failure = check(sample, (first_set + k - 1) % n_sets, digests)
                 if failure:
@@ -94,16 +94,18 @@ def measure_paired(
         if out.failures:
             out.stop_reason = "output_check_failed"
             break
-        out.estimate = _estimate(out.ref_ms, out.cand_ms, cfg)
-        reason = stats.should_stop(
-            out.estimate,
-            sample,
-            clock() - started,
-            min_samples=cfg.min_samples,
-            max_samples=cfg.max_samples,
-            target_rel_ci=cfg.target_rel_ci,
-            budget_s=cfg.budget_s,
-        )
+        elapsed = clock() - started
+        if sample >= cfg.max_samples or (elapsed >= cfg.budget_s and sample >= 3):
+            reason: str | None = "max_samples" if sample >= cfg.max_samples else "budget"
+        elif sample >= cfg.min_samples and sample % 10 == 0:
+            # The bootstrap costs milliseconds: run it every ten samples, or the GPU idles
+            # between samples, its clock drops, and the samples get noisy (seen on the H100).
+            out.estimate = _estimate(
+                out.ref_ms, out.cand_ms, cfg, resamples=min(400, cfg.bootstrap_resamples)
+            )
+            reason = "precision" if out.estimate.rel_half_width <= cfg.target_rel_ci else None
+        else:
+            reason = None
         if reason:
             out.stop_reason = reason
             break
@@ -127,9 +129,10 @@ def _choose_calls(ref: Endpoint, cand: Endpoint, cfg: TimingConfig, clock: Calla
     )
 
 
-def _should_check(sample: int, cfg: TimingConfig, rng: random.Random) -> bool:
-    # Always the first sample, then a random share: the candidate learns which only afterwards.
-    return sample == 0 or rng.random() < cfg.check_output_fraction
+def _should_check(sample: int, checked: int, cfg: TimingConfig, rng: random.Random) -> bool:
+    # Always the first sample, then a few at random: the candidate learns which only afterwards.
+    # Few, because fetching a large output leaves the GPU idle and its clock drops.
+    return sample == 0 or (checked < cfg.max_output_checks and rng.random() < cfg.check_output_fraction)
 
 
 def _final_check(
@@ -152,5 +155,7 @@ def _final_check(
         out.failures.append(failure)
 
 
-def _estimate(ref: list[float], cand: list[float], cfg: TimingConfig) -> stats.RatioEstimate:
-    return stats.bootstrap_median(stats.paired_ratios(ref, cand), cfg.bootstrap_resamples)
+def _estimate(
+    ref: list[float], cand: list[float], cfg: TimingConfig, resamples: int | None = None
+) -> stats.RatioEstimate:
+    return stats.bootstrap_median(stats.paired_ratios(ref, cand), resamples or cfg.bootstrap_resamples)

@@ -71,11 +71,27 @@ def decode(data: bytes) -> Any:
         raise WireError(f"undecodable message: {type(exc).__name__}: {exc}") from None
 
 
+def header(data: bytes) -> Any:
+    """The JSON part of a message only: cheap, for forwarding large replies undecoded."""
+    try:
+        if data[:4] != _MAGIC:
+            raise WireError("bad magic")
+        (hlen,) = struct.unpack_from("<I", data, 4)
+        return _from_json(json.loads(data[12 : 12 + hlen]), None)
+    except WireError:
+        raise
+    except Exception as exc:
+        raise WireError(f"undecodable message: {type(exc).__name__}: {exc}") from None
+
+
 def _to_json(obj: Any, buffers: list[bytes]) -> Any:
     if isinstance(obj, torch.Tensor):
         return _tensor_to_json(obj, buffers)
     if obj is None or isinstance(obj, bool | int | float | str):
         return obj
+    if isinstance(obj, bytes | bytearray | memoryview):
+        buffers.append(bytes(obj))
+        return {"__bytes__": len(buffers) - 1}
     if isinstance(obj, list | tuple):
         return {
             "__seq__": "tuple" if isinstance(obj, tuple) else "list",
@@ -104,12 +120,16 @@ def _tensor_to_json(t: torch.Tensor, buffers: list[bytes]) -> dict[str, Any]:
     return meta
 
 
-def _from_json(node: Any, buffers: list[memoryview]) -> Any:
+def _from_json(node: Any, buffers: list[memoryview] | None) -> Any:
+    """Rebuild a message; with ``buffers`` None, tensors and bytes stay as their descriptions."""
     if not isinstance(node, dict):
         if isinstance(node, list):
             raise WireError("raw JSON list in message")
         return node
+    if buffers is None and ("__tensor__" in node or "__bytes__" in node):
+        return node
     if "__tensor__" in node:
+        assert buffers is not None
         dtype = _DTYPES.get(node["dtype"])
         if dtype is None:
             raise WireError(f"unsupported dtype {node['dtype']!r}")
@@ -118,6 +138,9 @@ def _from_json(node: Any, buffers: list[memoryview]) -> Any:
         if not raw:
             return torch.empty(shape, dtype=dtype)
         return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
+    if "__bytes__" in node:
+        assert buffers is not None
+        return bytes(buffers[int(node["__bytes__"])])
     if "__seq__" in node:
         items = [_from_json(x, buffers) for x in node["items"]]
         return tuple(items) if node["__seq__"] == "tuple" else items

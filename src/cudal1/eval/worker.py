@@ -13,6 +13,8 @@ clock, and checks the digests reported inside the timed window against fetched o
 from __future__ import annotations
 
 import copy
+import dataclasses
+import gc
 import importlib.util
 import os
 import sys
@@ -29,8 +31,11 @@ from cudal1.eval.wire import decode, digest, encode, flatten_outputs
 
 class Worker:
     def __init__(self) -> None:
-        self.module: Any = None
+        self.module: Any = None  # the task's module (both workers: inputs come from it)
+        self.candidate: Any = None
         self.model: Any = None
+        self.inputs: dict[str, list[Any]] = {}
+        self.expected: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {}
         self.model64: Any = None
         self.device = torch.device("cpu")
         self.timing_sets: list[list[Any]] = []
@@ -72,8 +77,8 @@ class Worker:
         # Per-candidate settings (its build-cache directory) arrive here because spare workers
         # are started before anyone knows which candidate they will get.
         os.environ.update(env or {})
-        self.module = _import_source(source, "cudal1_candidate", Path("candidate.py"))
-        if not isinstance(getattr(self.module, "ModelNew", None), type):
+        self.candidate = _import_source(source, "cudal1_candidate", Path("candidate.py"))
+        if not isinstance(getattr(self.candidate, "ModelNew", None), type):
             raise RuntimeError("candidate defines no class ModelNew")
         return {}
 
@@ -81,9 +86,13 @@ class Worker:
         torch.manual_seed(seed)
         return {"args": list(self.module.get_init_inputs())}
 
-    def cmd_make_inputs(self, seed: int) -> dict[str, Any]:
+    def cmd_make_inputs(self, seed: int, key: str) -> dict[str, Any]:
+        """Inputs from the task's own get_inputs under ``seed``, kept on the device under ``key``.
+        Both workers make them, so that large inputs never travel between processes."""
         torch.manual_seed(seed)
-        return {"inputs": list(self.module.get_inputs())}
+        inputs = [_to_device(x, self.device) for x in self.module.get_inputs()]
+        self.inputs[key] = inputs
+        return {"digest": [digest(x) if isinstance(x, torch.Tensor) else None for x in inputs]}
 
     def cmd_build(self, cls: str, args: list[Any], seed: int, device: str, float64: bool) -> dict[str, Any]:
         self.device = torch.device(device)
@@ -92,7 +101,7 @@ class Worker:
         else:
             torch.set_num_threads(1)  # CPU timing: one core per side, so the pair does not contend
         torch.manual_seed(seed)
-        model = getattr(self.module, cls)(*args)
+        model = getattr(self.module if cls == "Model" else self.candidate, cls)(*args)
         self.model = model.to(self.device) if isinstance(model, torch.nn.Module) else model
         self.model64 = None
         if float64 and isinstance(self.model, torch.nn.Module):
@@ -102,24 +111,42 @@ class Worker:
                 self.model64 = None
         return {}
 
-    def cmd_run(self, inputs: list[Any], float64: bool = False) -> dict[str, Any]:
-        dev_inputs = [_to_device(x, self.device) for x in inputs]
+    def cmd_run(self, key: str, float64: bool = False, keep: bool = False) -> dict[str, Any]:
+        """Run on stored inputs. The reference keeps its outputs (``keep``) to compare against;
+        a candidate returns its outputs, which the evaluator forwards to the reference."""
+        inputs = self.inputs[key]
         with torch.no_grad():
-            out = self.model(*dev_inputs)
+            out = self.model(*inputs)
             _sync(self.device)
-        reply: dict[str, Any] = {"outputs": _describe(out)}
+        if not keep:
+            return {"outputs": _describe(out)}
+        out64, err64 = None, None
         if float64 and self.model64 is not None:
             try:
                 with torch.no_grad():
-                    out64 = self.model64(*[_to_float64(x) for x in dev_inputs])
+                    out64 = self.model64(*[_to_float64(x) for x in inputs])
                     _sync(self.device)
-                reply["outputs64"] = _describe(out64)
             except Exception as exc:
-                reply["float64_error"] = f"{type(exc).__name__}: {exc}"
-        return reply
+                err64 = f"{type(exc).__name__}: {exc}"
+        self.expected[key] = (_describe(out), _describe(out64) if out64 is not None else None)
+        return {"float64_error": err64}
 
-    def cmd_set_timing_inputs(self, sets: list[list[Any]], flush_bytes: int) -> dict[str, Any]:
-        self.timing_sets = [[_to_device(x, self.device) for x in s] for s in sets]
+    def cmd_compare(
+        self, key: str, reply: bytes, tolerance: dict[str, Any], device_type: str
+    ) -> dict[str, Any]:
+        """Compare a candidate's forwarded reply with the kept reference outputs (trusted side)."""
+        from cudal1.config import ToleranceConfig
+        from cudal1.eval.compare import compare_outputs
+
+        cand = decode(reply)["outputs"]
+        cand["values"] = [_to_device(v, self.device) for v in cand["values"]]
+        digests = [digest(v) if isinstance(v, torch.Tensor) else None for v in cand["values"]]
+        ref, ref64 = self.expected[key]
+        cmp = compare_outputs(cand, ref, ref64, ToleranceConfig(**tolerance), device_type)
+        return {"comparison": dataclasses.asdict(cmp), "digests": digests}
+
+    def cmd_set_timing_inputs(self, keys: list[str], flush_bytes: int) -> dict[str, Any]:
+        self.timing_sets = [self.inputs[k] for k in keys]
         if self.device.type == "cuda" and flush_bytes > 0:
             self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=self.device)
         return {}
@@ -138,13 +165,18 @@ class Worker:
 
     def cmd_prepare(self) -> dict[str, Any]:
         if self.flush_buffer is not None:
-            self.flush_buffer.zero_()  # evict L2: the next sample starts cold, as in real use
-        _sync(self.device)
+            # Evict L2 so the sample starts cold, as in real use. Not synchronised: the flush is
+            # still running when the timed calls are queued behind it, so the GPU does not idle
+            # (and drop its clock) between samples; the begin event is recorded after it.
+            self.flush_buffer.zero_()
+        else:
+            _sync(self.device)
         return {}
 
     def cmd_time(self, calls: int, start: int) -> dict[str, Any]:
         sets, n = self.timing_sets, len(self.timing_sets)
         out = None
+        gc.disable()  # no collector pauses inside the timed window (for either side)
         with torch.no_grad():
             if self.device.type == "cuda":
                 begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -159,11 +191,18 @@ class Worker:
                 for j in range(calls):
                     out = self.model(*sets[(start + j) % n])
                 ms = (time.perf_counter() - t0) * 1000
+        gc.enable()
         self.last_output = out
         return {"ms": ms, "digest": _digests(out)}
 
     def cmd_fetch_last(self) -> dict[str, Any]:
         return {"outputs": _describe(self.last_output)}
+
+    def cmd_forget(self, keys: list[str]) -> dict[str, Any]:
+        for key in keys:
+            self.inputs.pop(key, None)
+            self.expected.pop(key, None)
+        return {}
 
     def cmd_ping(self) -> dict[str, Any]:
         return {}

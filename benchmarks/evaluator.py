@@ -1,0 +1,157 @@
+"""Evaluator benchmark: A-vs-A precision and candidate throughput. Prints tables.
+
+    python benchmarks/evaluator.py --part precision   # each bundled task against itself, 3 repeats
+    python benchmarks/evaluator.py --part throughput  # >= 30 mixed candidates, cold then warm cache
+
+Precision goal (issue 2): the 95% interval contains 1.0, with half-width <= 1% for tasks of
+100 us or more and <= 3% below. Throughput goal: >= 600 candidates per GPU-hour with a warm
+compile cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_candidates import mixed_batch, self_candidate  # noqa: E402
+
+from cudal1.config import EvalConfig, TimingConfig  # noqa: E402
+from cudal1.eval.pool import EvalPool  # noqa: E402
+from cudal1.schema import EvalRequest, EvalResult, Stage  # noqa: E402
+from cudal1.tasks import bundled_tasks  # noqa: E402
+
+console = Console(width=160)
+
+
+def precision(args: argparse.Namespace) -> list[dict]:
+    tasks = bundled_tasks(args.size)
+    cfg = EvalConfig(device=args.device, timing=TimingConfig(budget_s=args.budget_s))
+    requests = [
+        EvalRequest(t, self_candidate(t), f"{t.name}#{rep}") for rep in range(args.repeats) for t in tasks
+    ]
+    rows: dict[str, dict] = {}
+    with EvalPool(cfg, workers=args.workers, spares=2) as pool:
+        for req, res in pool.evaluate_many(requests):
+            name = req.task.name
+            row = rows.setdefault(name, {"task": name, "level": req.task.level, "runs": []})
+            row["runs"].append(_run_summary(res))
+            console.print(f"  {req.request_id}: {'ok' if res.ok else 'FAILED ' + res.error[:120]}"
+                          + (f" speedup {res.timing.speedup:.4f} +-{100 * res.timing.ci_half_width:.2f}%" if res.timing else ""))
+    table = Table(title=f"A-vs-A precision ({args.repeats} repeats, timing budget {args.budget_s}s)")
+    for col in ("level", "task", "ref ms", "speedups", "CI half-width %", "goal %", "contains 1", "pass"):
+        table.add_column(col, justify="right" if col not in ("task",) else "left")
+    out = []
+    for name in sorted(rows, key=lambda n: (rows[n]["level"], n)):
+        row = rows[name]
+        runs = row["runs"]
+        ok_runs = [r for r in runs if r["ok"]]
+        ref_ms = min((r["ref_ms"] for r in ok_runs), default=float("nan"))
+        goal = 1.0 if ref_ms >= 0.1 else 3.0
+        contains = all(r["ci_low"] <= 1.0 <= r["ci_high"] for r in ok_runs) and len(ok_runs) == len(runs)
+        hw_ok = all(r["half_width_pct"] <= goal for r in ok_runs) and len(ok_runs) == len(runs)
+        row.update(ref_ms=ref_ms, goal_pct=goal, contains_one=contains, passed=contains and hw_ok)
+        table.add_row(
+            str(row["level"]),
+            name,
+            f"{ref_ms:.4f}",
+            " ".join(f"{r['speedup']:.4f}" if r["ok"] else "FAIL" for r in runs),
+            " ".join(f"{r['half_width_pct']:.2f}" if r["ok"] else "-" for r in runs),
+            f"{goal:.0f}",
+            "yes" if contains else "no",
+            "[green]yes[/green]" if row["passed"] else "[red]no[/red]",
+        )
+        out.append(row)
+    console.print(table)
+    passed = sum(r["passed"] for r in out)
+    console.print(f"precision: {passed}/{len(out)} tasks meet the goal")
+    return out
+
+
+def _run_summary(res: EvalResult) -> dict:
+    if not res.ok or res.timing is None:
+        return {"ok": False, "error": res.error[:300]}
+    t = res.timing
+    return {
+        "ok": True,
+        "speedup": t.speedup,
+        "ci_low": t.ci_low,
+        "ci_high": t.ci_high,
+        "half_width_pct": 100 * t.ci_half_width,
+        "ref_ms": t.ref_median_ms,
+        "samples": len(t.ref_ms),
+        "calls_per_sample": t.calls_per_sample,
+        "stop": t.stop_reason,
+    }
+
+
+def throughput(args: argparse.Namespace) -> dict:
+    tasks = {t.name: t for t in bundled_tasks(args.size)}
+    batch = mixed_batch(tasks)
+    cache = Path(tempfile.mkdtemp(prefix="cudal1-bench-cache-"))
+    cfg = EvalConfig(device=args.device, build_cache=cache, timing=TimingConfig(budget_s=args.budget_s))
+    results = {}
+    table = Table(title=f"throughput: {len(batch)} candidates, {args.workers} workers, timing budget {args.budget_s}s")
+    for col in ("cache", "wall s", "candidates/GPU-hour", "ok", "failed", "compile s (sum)", "max compile s", "device s (sum)"):
+        table.add_column(col, justify="right")
+    for phase in ("cold", "warm"):
+        start = time.perf_counter()
+        outcomes = []
+        with EvalPool(cfg, workers=args.workers, spares=args.workers) as pool:
+            for req, res in pool.evaluate_many(EvalRequest(tasks[t], src, label) for label, t, src in batch):
+                outcomes.append((req.request_id, res))
+                console.print(f"  {phase} {req.request_id}: {'ok' if res.ok else 'FAILED'} "
+                              f"compile {_stage_s(res, Stage.COMPILE):.1f}s")
+        wall = time.perf_counter() - start
+        compile_s = [_stage_s(r, Stage.COMPILE) for _, r in outcomes]
+        device_s = sum(_stage_s(r, s) for _, r in outcomes for s in (Stage.LOAD, Stage.CORRECTNESS, Stage.TIMING))
+        ok = sum(r.ok for _, r in outcomes)
+        results[phase] = {
+            "wall_s": wall,
+            "per_gpu_hour": len(outcomes) / wall * 3600,
+            "ok": ok,
+            "failed": {label: (r.failed_stage.value if r.failed_stage else "rejected") for label, r in outcomes if not r.ok},
+            "compile_s_sum": sum(compile_s),
+            "compile_s_max": max(compile_s),
+            "device_s_sum": device_s,
+        }
+        table.add_row(phase, f"{wall:.1f}", f"{len(outcomes) / wall * 3600:.0f}", str(ok), str(len(outcomes) - ok),
+                      f"{sum(compile_s):.1f}", f"{max(compile_s):.1f}", f"{device_s:.1f}")
+    console.print(table)
+    console.print("expected failures (planted): " + json.dumps(results["warm"]["failed"]))
+    return results
+
+
+def _stage_s(res: EvalResult, stage: Stage) -> float:
+    return sum(s.seconds for s in res.stages if s.stage is stage)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=["precision", "throughput", "all"], default="all")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--size", choices=["gpu", "cpu"], default="gpu")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=6)
+    parser.add_argument("--budget-s", type=float, default=4.0)
+    parser.add_argument("--json", type=Path, help="also write the numbers here")
+    args = parser.parse_args()
+    report = {}
+    if args.part in ("precision", "all"):
+        report["precision"] = precision(args)
+    if args.part in ("throughput", "all"):
+        report["throughput"] = throughput(args)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
