@@ -33,7 +33,7 @@ console = Console(width=160)
 
 
 def precision(args: argparse.Namespace) -> list[dict]:
-    tasks = bundled_tasks(args.size)
+    tasks = [t for t in bundled_tasks(args.size) if not args.tasks or t.name in args.tasks]
     cfg = EvalConfig(device=args.device, timing=TimingConfig(budget_s=args.budget_s))
     requests = [
         EvalRequest(t, self_candidate(t), f"{t.name}#{rep}") for rep in range(args.repeats) for t in tasks
@@ -146,6 +146,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=6)
     parser.add_argument("--budget-s", type=float, default=4.0)
+    parser.add_argument("--tasks", nargs="*", help="precision: only these bundled tasks")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     args = parser.parse_args()
     report = {}

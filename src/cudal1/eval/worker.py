@@ -180,9 +180,13 @@ class Worker:
 
     def cmd_prepare(self) -> dict[str, Any]:
         if self.flush_buffer is not None:
-            # Evict L2 so the sample starts cold, as in real use. Not synchronised: the flush is
-            # still running when the timed calls are queued behind it, so the GPU does not idle
-            # (and drop its clock) between samples; the begin event is recorded after it.
+            # One untimed call first: it absorbs the GPU's switch from the other worker's context
+            # and the clock ramp. On the H200, without it, whichever side ran second in a pair
+            # was up to 35% slower, and the median of the paired ratios flipped between modes.
+            with torch.no_grad():
+                self.model(*self.timing_sets[0])
+            # Then evict L2 so the sample starts cold. Not synchronised: the timed calls queue
+            # behind the flush, so the GPU does not idle; the begin event is recorded after it.
             self.flush_buffer.zero_()
         else:
             _sync(self.device)

@@ -1,0 +1,416 @@
+"""The contrastive optimisation loop: propose, evaluate, remember, and ask again with the numbers.
+
+Per task, round 0 seeds the candidate database with the built-in baselines (``baselines.py``)
+and with the reference itself as a candidate labelled ``reference``: an A-vs-A measurement
+whose speedup should be 1.0, so that every other number of the task can be read against the
+evaluator's own noise on this machine. Each later round (only with an LLM) selects exemplars
+from what the task has, renders the contrastive prompt (the one-shot generation prompt while
+the task has no correct variant yet), draws ``samples`` completions from one call, extracts
+each reply's ``ModelNew``, stores it (or the parse failure), evaluates the new candidates on
+the pool and records the results; the next round sees them. With no LLM, round 0 is the search.
+
+Concurrency: every task runs as its own asyncio task, so one task's LLM call overlaps another
+task's evaluations; evaluations are pool futures awaited through ``asyncio.wrap_future``, at
+most ``pool.workers`` in flight so that a budget stops the run promptly instead of after a
+queue drains. A task's rounds are sequential: a round's prompt needs the previous round's numbers.
+
+Resume: the database is the state. A task first evaluates whatever is stored but pending
+(samples of a round that was killed mid-evaluation), then continues at ``rounds_done``; a round
+whose samples are already stored is not sampled again. Budgets (``BudgetConfig``) are checked
+before every LLM call and every evaluation; work already under way finishes and is recorded.
+An ``LLMError`` the backend could not retry stops the whole run (everything stored stays).
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, cast
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cudal1.config import EvalConfig, PoolConfig
+from cudal1.eval.pool import EvalPool
+from cudal1.llm import BudgetExceeded, Completion, Ledger, LLMBackend, Message, SamplingParams
+from cudal1.schema import EvalRequest, EvalResult, Stage, Task
+from cudal1.search.baselines import baseline_candidates
+from cudal1.search.database import CandidateDB, CandidateRow, DuplicateSourceError, Provenance
+from cudal1.search.exemplars import ExemplarConfig, select_exemplars
+from cudal1.search.parsing import extract
+from cudal1.search.prompts import prompt_hash, render_contrastive_prompt, render_generation_prompt
+
+log = logging.getLogger(__name__)
+
+REFERENCE_LABEL = "reference"
+# Stages that occupy the timing device; static checks and compilation are CPU work.
+DEVICE_STAGES = frozenset({Stage.LOAD, Stage.CORRECTNESS, Stage.TIMING})
+
+EventKind = Literal["run_start", "evaluated", "parse_failed", "round_done", "stopped", "final", "run_done"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LLMConfig(_Frozen):
+    """Which model proposes variants, and how it samples."""
+
+    spec: str | None = Field(
+        None, description="openai:MODEL | hf:PATH | scripted:FILE; None: the built-in baseline proposer only"
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="backend options (base_url, api_key_env, max_concurrency, ...), validated by the backend",
+    )
+    temperature: float = Field(1.0, ge=0, description="sampling temperature")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass")
+    max_tokens: int = Field(8192, ge=1, description="completion tokens per sample (analysis and code)")
+    preflight: bool = Field(
+        True, description="one 1-token call before any work, so that a dead endpoint fails in seconds"
+    )
+
+
+class BudgetConfig(_Frozen):
+    """Limits that stop the search cleanly; None: no limit. Work under way still finishes."""
+
+    max_tokens_total: int | None = Field(
+        None, ge=1, description="prompt + completion tokens of the whole run (every session)"
+    )
+    max_cost_usd: float | None = Field(
+        None, gt=0, description="LLM cost of the whole run, from the backend's price table"
+    )
+    max_gpu_seconds: float | None = Field(
+        None, gt=0, description="sum of load + correctness + timing stage seconds over the run's results"
+    )
+    max_wall_s: float | None = Field(None, gt=0, description="wall-clock seconds of this session's search")
+
+
+class FinalEvalConfig(_Frozen):
+    """The strict re-evaluation of each task's best candidate, whose numbers the run reports.
+
+    The paper gives each task a long, randomised final measurement; this is the same idea with a
+    budget a run can afford: a longer timing stage and more fresh input sets than the search used.
+    """
+
+    enabled: bool = Field(True, description="re-evaluate each task's best candidate at the end")
+    timing_budget_s: float = Field(10.0, gt=0, description="timing-stage budget of the final evaluation")
+    correctness_trials: int = Field(10, ge=1, description="fresh input sets checked in the final evaluation")
+
+    def apply(self, config: EvalConfig) -> EvalConfig:
+        data = config.model_dump()
+        data["correctness_trials"] = self.correctness_trials
+        data["timing"]["budget_s"] = self.timing_budget_s
+        return EvalConfig.model_validate(data)
+
+
+class OptimizeConfig(_Frozen):
+    """Everything ``cudal1 optimize`` does; saved as the run directory's ``config.yaml``."""
+
+    rounds: int = Field(2, ge=0, description="LLM rounds per task after the baseline round 0")
+    samples: int = Field(4, ge=1, description="completions per task per round (one prompt, n samples)")
+    exemplars: ExemplarConfig = Field(default_factory=ExemplarConfig, description="contrastive exemplars")
+    llm: LLMConfig = Field(default_factory=LLMConfig, description="the proposing model")
+    baseline_labels: tuple[str, ...] | None = Field(
+        None, description="built-in baselines seeded in round 0 (None: all that apply to the task)"
+    )
+    seed: int = Field(0, description="seed of exemplar selection (same seed, same prompts)")
+    budget: BudgetConfig = Field(default_factory=BudgetConfig, description="when to stop early")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="evaluation during the search")
+    pool: PoolConfig = Field(default_factory=PoolConfig, description="evaluation workers")
+    final: FinalEvalConfig = Field(default_factory=FinalEvalConfig, description="final re-evaluation")
+    size: Literal["auto", "gpu", "cpu"] = Field(
+        "auto", description="bundled-suite sizes when no task path is given (auto: by device)"
+    )
+
+
+class ProgressCallback(Protocol):
+    """Receives ``(kind, payload)`` events from the event-loop thread; raising aborts the run."""
+
+    def __call__(self, kind: EventKind, payload: dict[str, Any]) -> None: ...
+
+
+def device_seconds(result: EvalResult) -> float:
+    """Seconds a result held the timing device (what ``max_gpu_seconds`` counts)."""
+    return sum(s.seconds for s in result.stages if s.stage in DEVICE_STAGES)
+
+
+@dataclass
+class Budget:
+    """Running use against ``BudgetConfig``; ``*_before`` carry what earlier sessions spent."""
+
+    config: BudgetConfig
+    ledger: Ledger
+    tokens_before: int = 0
+    cost_before: float = 0.0
+    gpu_seconds: float = 0.0
+    clock: Callable[[], float] = time.monotonic
+    stop_reason: str | None = None
+    started: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
+
+    def tokens(self) -> int:
+        s = self.ledger.summary()
+        return self.tokens_before + int(s["prompt_tokens"]) + int(s["completion_tokens"])
+
+    def add(self, result: EvalResult) -> None:
+        self.gpu_seconds += device_seconds(result)
+
+    def stop(self, reason: str, detail: str = "") -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            log.warning("budget %s reached%s; no new LLM calls or evaluations", reason, detail)
+
+    def exhausted(self) -> str | None:
+        """The first limit reached (sticky), or None."""
+        if self.stop_reason is None:
+            c = self.config
+            for name, limit, used in (
+                ("max_wall_s", c.max_wall_s, self.clock() - self.started),
+                ("max_gpu_seconds", c.max_gpu_seconds, self.gpu_seconds),
+                ("max_tokens_total", c.max_tokens_total, self.tokens()),
+                ("max_cost_usd", c.max_cost_usd, self.cost_before + self.ledger.cost_usd),
+            ):
+                if limit is not None and used >= limit:
+                    self.stop(name, f" ({used:.6g} >= {limit})")
+                    break
+        return self.stop_reason
+
+
+class _Rename(ast.NodeTransformer):
+    def __init__(self, old: str, new: str) -> None:
+        self.old, self.new = old, new
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> ast.ClassDef:
+        if node.name == self.old:
+            node.name = self.new
+        self.generic_visit(node)
+        return node
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        if node.id == self.old:
+            node.id = self.new
+        return node
+
+
+def reference_anchor(task: Task) -> str:
+    """The task's own program as a candidate: ``class Model`` renamed ``ModelNew`` (by ``ast``)."""
+    return ast.unparse(_Rename("Model", "ModelNew").visit(ast.parse(task.source))) + "\n"
+
+
+def seed_candidates(task: Task, labels: Sequence[str] | None) -> list[tuple[str, str]]:
+    """Round 0's (label, source): the chosen built-in baselines, then the reference anchor."""
+    seeds = [(lbl, src) for lbl, src in baseline_candidates(task) if labels is None or lbl in labels]
+    return [*seeds, (REFERENCE_LABEL, reference_anchor(task))]
+
+
+def choose_best(rows: Sequence[CandidateRow]) -> CandidateRow | None:
+    """Fastest accepted candidate; the reference anchor only when no other candidate beats it."""
+    ok = [r for r in rows if r.speedup is not None and r.correct]
+    anchors = [r for r in ok if r.label == REFERENCE_LABEL]
+    others = [r for r in ok if r.label != REFERENCE_LABEL]
+    anchor = max(anchors, key=lambda r: r.speedup or 0.0, default=None)
+    best = max(others, key=lambda r: (r.speedup or 0.0, -r.id), default=None)
+    if best is None or (anchor is not None and (best.speedup or 0.0) <= (anchor.speedup or 0.0)):
+        return anchor
+    return best
+
+
+class Search:
+    """One session of the loop over a set of tasks; ``await run(tasks)`` inside an event loop."""
+
+    def __init__(
+        self,
+        db: CandidateDB,
+        pool: EvalPool,
+        config: OptimizeConfig,
+        budget: Budget,
+        *,
+        backend: LLMBackend | None = None,
+        progress: ProgressCallback | None = None,
+        run_id: int | None = None,
+    ) -> None:
+        self.db, self.pool, self.config, self.budget = db, pool, config, budget
+        self.backend, self.progress, self.run_id = backend, progress, run_id
+        self._slots: asyncio.Semaphore | None = None
+        self._stop_reported = False
+
+    def emit(self, kind: EventKind, **payload: Any) -> None:
+        if self.progress is not None:
+            self.progress(kind, payload)
+
+    def _exhausted(self) -> bool:
+        reason = self.budget.exhausted()
+        if reason and not self._stop_reported:
+            self._stop_reported = True
+            self.emit("stopped", reason=reason)
+        return reason is not None
+
+    async def run(self, tasks: Sequence[Task]) -> None:
+        self._slots = asyncio.Semaphore(self.config.pool.workers)
+        try:
+            async with asyncio.TaskGroup() as group:
+                for task in tasks:
+                    group.create_task(self.run_task(task), name=f"search:{task.name}")
+        except BaseExceptionGroup as failures:
+            raise _first_leaf(failures) from None
+        finally:
+            if self.backend is not None:
+                await self.backend.aclose()
+
+    async def run_task(self, task: Task) -> None:
+        last_round = self.config.rounds if self.backend is not None else 0
+        await self._evaluate(task, self.db.pending(task.name))
+        while (r := self.db.rounds_done(task.name)) <= last_round and not self._exhausted():
+            finished = await (self._seed_round(task) if r == 0 else self._llm_round(task, r))
+            if not finished:
+                break
+
+    # -- rounds ----------------------------------------------------------------------------------
+
+    async def _seed_round(self, task: Task) -> bool:
+        with self.db.transaction():
+            for label, source in seed_candidates(task, self.config.baseline_labels):
+                with contextlib.suppress(DuplicateSourceError):  # seeded by an earlier session
+                    self.db.add_candidate(
+                        task, source, Provenance(round=0, backend="baseline", run_id=self.run_id), label=label
+                    )
+        await self._evaluate(task, self.db.pending(task.name))
+        return self._finish_round(task, 0)
+
+    async def _llm_round(self, task: Task, r: int) -> bool:
+        assert self.backend is not None
+        stored = any(row.round == r for row in self.db.evaluated(task.name) + self.db.pending(task.name))
+        if not stored:  # a killed session may have stored this round's samples already
+            exemplars = select_exemplars(
+                self.db.evaluated(task.name),
+                self.config.exemplars,
+                random.Random(f"{self.config.seed}:{task.name}:{r}"),
+            )
+            contrastive = any(e.correct for e in exemplars)
+            messages = (
+                render_contrastive_prompt(task, exemplars) if contrastive else render_generation_prompt(task)
+            )
+            log.info(
+                "%s round %d: %s prompt, exemplars %s",
+                task.name,
+                r,
+                "contrastive" if contrastive else "generation",
+                [e.label for e in exemplars] if contrastive else [],
+            )
+            llm = self.config.llm
+            params = SamplingParams(
+                temperature=llm.temperature, top_p=llm.top_p, max_tokens=llm.max_tokens, n=self.config.samples
+            )
+            try:
+                completions = await self.backend.complete(_chat(messages), params)
+            except BudgetExceeded:
+                self.budget.stop("max_cost_usd")
+                return False
+            parents = tuple(e.candidate_id for e in exemplars if contrastive and e.candidate_id is not None)
+            self._store(task, r, completions, parents, prompt_hash(messages))
+        await self._evaluate(task, self.db.pending(task.name))
+        return self._finish_round(task, r)
+
+    def _store(
+        self, task: Task, r: int, completions: list[Completion], parents: tuple[int, ...], phash: str
+    ) -> None:
+        """A round's replies in one transaction: a kill leaves all of them or none."""
+        assert self.backend is not None
+        with self.db.transaction():
+            for i, c in enumerate(completions):
+                prov = Provenance(
+                    round=r,
+                    parent_ids=parents,
+                    prompt_hash=phash,
+                    backend=self.backend.name,
+                    model=c.model,
+                    prompt_tokens=c.prompt_tokens,
+                    completion_tokens=c.completion_tokens,
+                    run_id=self.run_id,
+                )
+                ex = extract(c.text)
+                if not ex.ok or ex.code is None:
+                    self.db.record_parse_failure(
+                        task, c.text, ex.error or "no code", prov, analysis=ex.analysis
+                    )
+                    log.info("%s round %d sample %d: %s", task.name, r, i, ex.error)
+                    self.emit("parse_failed", task=task.name, round=r, error=ex.error, done=self._done(task))
+                    continue
+                try:
+                    self.db.add_candidate(task, ex.code, prov, label=f"llm-r{r}-s{i}", analysis=ex.analysis)
+                except DuplicateSourceError as exc:
+                    log.info("%s round %d sample %d repeats candidate %d", task.name, r, i, exc.existing_id)
+
+    def _finish_round(self, task: Task, r: int) -> bool:
+        left = [row.id for row in self.db.pending(task.name) if row.round == r]
+        if left:
+            if not self._exhausted():
+                log.error(
+                    "%s round %d: candidates %s left pending; a resumed run retries them", task.name, r, left
+                )
+            return False
+        self.db.finish_round(task.name, r)
+        self.emit("round_done", task=task.name, round=r)
+        return True
+
+    # -- evaluation ------------------------------------------------------------------------------
+
+    async def _evaluate(self, task: Task, rows: Sequence[CandidateRow]) -> None:
+        if rows:
+            async with asyncio.TaskGroup() as group:
+                for row in rows:
+                    group.create_task(self._evaluate_one(task, row))
+
+    async def _evaluate_one(self, task: Task, row: CandidateRow) -> None:
+        assert self._slots is not None
+        async with self._slots:
+            if self._exhausted():
+                return
+            future = self.pool.submit(EvalRequest(task, row.source, request_id=str(row.id)))
+            try:
+                result = await asyncio.wrap_future(future)
+            except Exception:
+                log.exception("evaluator raised on %s candidate %d; left pending", task.name, row.id)
+                return
+        self.db.record_result(row.id, result)
+        self.budget.add(result)
+        verdict = f"{result.speedup:.3f}x" if result.speedup is not None else f"not ok: {result.error[:200]}"
+        log.info("%s #%d %s (round %d): %s", task.name, row.id, row.label, row.round, verdict)
+        best = choose_best(self.db.evaluated(task.name))
+        self.emit(
+            "evaluated",
+            task=task.name,
+            id=row.id,
+            label=row.label,
+            round=row.round,
+            ok=result.ok,
+            speedup=result.speedup,
+            error=result.error,
+            best_speedup=best.speedup if best else None,
+            best_label=best.label if best else None,
+            done=self._done(task),
+        )
+
+    def _done(self, task: Task) -> int:
+        """Samples dealt with so far (evaluated or unparseable): a progress bar's position."""
+        counts = self.db.counts(task.name)
+        return counts.evaluated + counts.parse_failed
+
+
+def _chat(messages: list[dict[str, str]]) -> list[Message]:
+    return [Message(cast(Any, m["role"]), m["content"]) for m in messages]
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
