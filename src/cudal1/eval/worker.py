@@ -183,8 +183,10 @@ class Worker:
             # One untimed call first: it absorbs the GPU's switch from the other worker's context
             # and the clock ramp. On the H200, without it, whichever side ran second in a pair
             # was up to 35% slower, and the median of the paired ratios flipped between modes.
+            # Synchronised, so that no work of a candidate's spills from here into the next sample.
             with torch.no_grad():
                 self.model(*self.timing_sets[0])
+            torch.cuda.synchronize()
             # Then evict L2 so the sample starts cold. Not synchronised: the timed calls queue
             # behind the flush, so the GPU does not idle; the begin event is recorded after it.
             self.flush_buffer.zero_()
