@@ -131,7 +131,23 @@ def throughput(args: argparse.Namespace) -> dict:
                       f"{sum(compile_s):.1f}", f"{max(compile_s):.1f}", f"{device_s:.1f}")
     console.print(table)
     console.print("expected failures (planted): " + json.dumps(results["warm"]["failed"]))
+    console.print(_self_table(outcomes))
+    results["self_candidates"] = {label: _run_summary(r) for label, r in outcomes if label.startswith("self:")}
     return results
+
+
+def _self_table(outcomes: list[tuple[str, EvalResult]]) -> Table:
+    """The A-vs-A candidates of the (warm) batch: a precision check at the batch's budget."""
+    table = Table(title="A-vs-A inside the throughput batch (warm phase)")
+    for col in ("candidate", "ref ms", "speedup", "95% CI", "half-width %", "samples x K"):
+        table.add_column(col, justify="left" if col == "candidate" else "right")
+    for label, r in sorted(outcomes):
+        if not label.startswith("self:") or r.timing is None:
+            continue
+        t = r.timing
+        table.add_row(label, f"{t.ref_median_ms:.4f}", f"{t.speedup:.4f}", f"[{t.ci_low:.4f}, {t.ci_high:.4f}]",
+                      f"{100 * t.ci_half_width:.2f}", f"{len(t.ref_ms)} x {t.calls_per_sample}")
+    return table
 
 
 def _stage_s(res: EvalResult, stage: Stage) -> float:
