@@ -162,6 +162,24 @@ class Timing:
 
 
 @dataclass(frozen=True)
+class SpeedOfLight:
+    """How close reference and candidate come to the device's physical limits for this task.
+
+    Floors: compulsory bytes over measured copy bandwidth, and counted FLOPs over the matmul
+    peak at ``precision``; percent = max(floors) / time.
+    """
+
+    precision: str
+    flops: float
+    bytes_io: float
+    bytes_floor_ms: float
+    flops_floor_ms: float
+    ref_percent: float
+    cand_percent: float
+    peaks: str  # which device peaks, and whether measured or nominal
+
+
+@dataclass(frozen=True)
 class EvalResult:
     task: str
     candidate_hash: str
@@ -171,6 +189,7 @@ class EvalResult:
     timing: Timing | None = None
     findings: tuple[Finding, ...] = ()
     environment: dict[str, Any] = field(default_factory=dict)
+    sol: SpeedOfLight | None = None
 
     @property
     def failed_stage(self) -> Stage | None:
@@ -232,6 +251,7 @@ class EvalResult:
             timing=Timing(**tim) if tim else None,
             findings=tuple(Finding.from_dict(f) for f in d.get("findings", [])),
             environment=d.get("environment", {}),
+            sol=SpeedOfLight(**d["sol"]) if d.get("sol") else None,
         )
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from cudal1.config import EvalConfig
 from cudal1.eval import stats
 from cudal1.eval.compare import Comparison
+from cudal1.eval.roofline import DevicePeaks, Precision, Work, physical_gate, sol_ms
 from cudal1.eval.sandbox import RemoteError, WorkerError, WorkerProcess
 from cudal1.eval.timing import PairedOutcome, measure_paired
 from cudal1.schema import (
@@ -33,6 +34,7 @@ from cudal1.schema import (
     EvalResult,
     Finding,
     Severity,
+    SpeedOfLight,
     Stage,
     StageRecord,
     Task,
@@ -122,6 +124,7 @@ class Evaluation:
     correctness: Correctness | None = None
     timing: Timing | None = None
     environment: dict[str, Any] = field(default_factory=dict)
+    sol: SpeedOfLight | None = None
     cand: WorkerProcess | None = None
     failed: bool = False
 
@@ -291,6 +294,38 @@ class Evaluation:
         self.findings.extend(findings)
         if outcome.failures:
             raise StageFailed(Stage.TIMING, outcome.failures[0])
+        self._speed_of_light(ref, keys[0])
+
+    def _speed_of_light(self, ref: ReferenceWorker, key: str) -> None:
+        """Speed-of-light percent for both sides, and the physical-limit gate on a GPU."""
+        assert self.timing is not None
+        cache = (self.config.build_cache or default_build_cache()).parent / "peaks"
+        try:
+            w = _ref(ref.process, "work", key=key)
+            work = Work(**w["work"])
+            peaks = DevicePeaks(**_ref(ref.process, "peaks", cache_dir=str(cache))["peaks"])
+        except (StageFailed, TypeError) as exc:
+            self.environment["sol_error"] = str(exc)
+            return
+        precision: Precision = w["precision"] if w["precision"] in peaks.flops_per_s else "float32"
+        bytes_floor, flops_floor = sol_ms(work, peaks, precision)
+        floor = max(bytes_floor, flops_floor)
+        self.sol = SpeedOfLight(
+            precision=precision,
+            flops=work.flops,
+            bytes_io=work.bytes_io,
+            bytes_floor_ms=bytes_floor,
+            flops_floor_ms=flops_floor,
+            ref_percent=100 * floor / self.timing.ref_median_ms,
+            cand_percent=100 * floor / self.timing.cand_median_ms,
+            peaks=f"{peaks.name} ({peaks.source})",
+        )
+        # On a CPU, caches hold small working sets and can beat the measured DRAM bandwidth.
+        if _device_type(self.device) == "cuda":
+            l2 = float(ref.device_info.get("l2_bytes") or peaks.l2_bytes)
+            gate = physical_gate(self.timing.cand_median_ms, work, peaks, l2)
+            if gate is not None:
+                self.findings.append(gate)
 
     def result(self) -> EvalResult:
         return EvalResult(
@@ -302,6 +337,7 @@ class Evaluation:
             timing=self.timing,
             findings=tuple(self.findings),
             environment=self.environment,
+            sol=self.sol,
         )
 
 

@@ -219,6 +219,22 @@ class Worker:
     def cmd_fetch_last(self) -> dict[str, Any]:
         return {"outputs": _describe(self.last_output)}
 
+    def cmd_work(self, key: str) -> dict[str, Any]:
+        """FLOPs and compulsory bytes of one reference call (on meta tensors where possible)."""
+        from cudal1.eval.roofline import count_work
+
+        inputs = self.inputs[key]
+        dtypes = [x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
+        dtypes += [p.dtype for p in self.model.parameters() if p.is_floating_point()][:1]
+        precision = str(dtypes[0]).removeprefix("torch.") if dtypes else "float32"
+        return {"work": dataclasses.asdict(count_work(self.model, inputs)), "precision": precision}
+
+    def cmd_peaks(self, cache_dir: str) -> dict[str, Any]:
+        """This device's bandwidth and FLOP peaks, measured once and cached on disk."""
+        from cudal1.eval.roofline import load_or_measure_peaks
+
+        return {"peaks": dataclasses.asdict(load_or_measure_peaks(self.device, cache_dir))}
+
     def cmd_forget(self, keys: list[str]) -> dict[str, Any]:
         for key in keys:
             self.inputs.pop(key, None)

@@ -40,6 +40,15 @@ def render_eval_result(r: EvalResult) -> Group:
         )
     if r.timing is not None:
         parts.append(_timing_table(r))
+    if r.sol is not None:
+        o = r.sol
+        parts.append(
+            Text(
+                f"speed of light ({o.precision}, {o.peaks}): floor {max(o.bytes_floor_ms, o.flops_floor_ms):.4g} ms "
+                f"(bytes {o.bytes_floor_ms:.4g} ms, FLOPs {o.flops_floor_ms:.4g} ms); "
+                f"reference at {o.ref_percent:.1f}%, candidate at {o.cand_percent:.1f}%"
+            )
+        )
     if r.findings:
         parts.append(_findings_table(r))
     return Group(*parts)
