@@ -128,6 +128,15 @@ def eval_command(
     raise typer.Exit(_exit_code(result))
 
 
+def _register_optimize() -> None:
+    from cudal1.cli_optimize import register
+
+    register(app)
+
+
+_register_optimize()
+
+
 def _logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 

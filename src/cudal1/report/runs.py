@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from cudal1.search.loop import REFERENCE_LABEL
 from cudal1.search.run import RunSummary, TaskSummary
 
 # The paper counts a task as improved above 1.01x (shared/research/cuda-l1-method.md).
@@ -21,12 +23,6 @@ def _speedup(t: TaskSummary) -> Text:
         return Text("-", style="dim")
     style = "green" if t.speedup > FASTER else ("red" if t.speedup < 1 / FASTER else "")
     return Text(f"{t.speedup:.3f}x", style=style)
-
-
-def _interval(t: TaskSummary) -> str:
-    if t.ci_low is None or t.ci_high is None:
-        return "-"
-    return f"[{t.ci_low:.3f}, {t.ci_high:.3f}]"
 
 
 def render_run_header(s: RunSummary) -> Table:
@@ -53,31 +49,33 @@ def render_run_header(s: RunSummary) -> Table:
 
 
 def render_run_table(s: RunSummary) -> Table:
-    faster = sum(1 for t in s.tasks if t.speedup is not None and t.speedup > FASTER)
-    table = Table(title=f"{len(s.tasks)} tasks, {faster} faster than the reference (>{FASTER}x)")
-    for col, justify in (
-        ("task", "left"),
-        ("level", "right"),
-        ("best", "left"),
-        ("speedup", "right"),
-        ("95% CI", "right"),
-        ("correct", "center"),
-        ("ref ms", "right"),
-        ("best ms", "right"),
-        ("evaluated", "right"),
-        ("#correct", "right"),
-    ):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    faster = sum(
+        1 for t in s.tasks if t.speedup is not None and t.speedup > FASTER and t.best_label != REFERENCE_LABEL
+    )
+    table = Table(
+        title=f"{len(s.tasks)} task{'' if len(s.tasks) == 1 else 's'}, {faster} faster than the reference (>{FASTER}x)",
+        box=box.SIMPLE_HEAD,
+        caption="speedup, CI and times from the final re-evaluation; (search): not re-evaluated yet",
+    )
+    table.add_column("task", no_wrap=True, min_width=max((len(t.task) for t in s.tasks), default=4))
+    table.add_column("lvl", justify="right")
+    table.add_column("best")
+    table.add_column("speedup [95% CI]", justify="right")
+    table.add_column("correct", justify="center")
+    for col in ("ref ms", "best ms", "evaluated", "#correct"):
+        table.add_column(col, justify="right")
     for t in s.tasks:
         label = t.best_label or "-"
         if t.best_label and not t.final:
             label += " (search)"
+        speedup = _speedup(t)
+        if t.ci_low is not None and t.ci_high is not None:
+            speedup.append(f" [{t.ci_low:.2f}, {t.ci_high:.2f}]", style="dim")
         table.add_row(
             t.task,
             str(t.level),
             label,
-            _speedup(t),
-            _interval(t),
+            speedup,
             Text("yes", style="green") if t.correct else Text("no", style="red"),
             _ms(t.ref_ms),
             _ms(t.cand_ms),

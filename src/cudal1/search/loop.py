@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from cudal1.config import EvalConfig, PoolConfig
 from cudal1.eval.pool import EvalPool
 from cudal1.llm import BudgetExceeded, Completion, Ledger, LLMBackend, Message, SamplingParams
-from cudal1.schema import EvalRequest, EvalResult, Stage, Task
+from cudal1.schema import EvalRequest, EvalResult, Severity, Stage, Task
 from cudal1.search.baselines import baseline_candidates
 from cudal1.search.database import CandidateDB, CandidateRow, DuplicateSourceError, Provenance
 from cudal1.search.exemplars import ExemplarConfig, select_exemplars
@@ -72,12 +72,18 @@ class LLMConfig(_Frozen):
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass")
     max_tokens: int = Field(8192, ge=1, description="completion tokens per sample (analysis and code)")
     preflight: bool = Field(
-        True, description="one 1-token call before any work, so that a dead endpoint fails in seconds"
+        True,
+        description="one 1-token call before any work, so that a dead endpoint fails in seconds"
+        " (a scripted backend spends one reply on it)",
     )
 
 
 class BudgetConfig(_Frozen):
-    """Limits that stop the search cleanly; None: no limit. Work under way still finishes."""
+    """Limits that stop the search cleanly; None: no limit. Work under way still finishes.
+
+    Token and cost limits stop LLM calls only (samples already paid for are still evaluated);
+    wall-clock and device-time limits stop evaluations as well.
+    """
 
     max_tokens_total: int | None = Field(
         None, ge=1, description="prompt + completion tokens of the whole run (every session)"
@@ -140,6 +146,11 @@ def device_seconds(result: EvalResult) -> float:
     return sum(s.seconds for s in result.stages if s.stage in DEVICE_STAGES)
 
 
+# Limits that stop evaluations as well as LLM calls; token and cost limits stop only LLM calls,
+# so that samples already paid for are still evaluated.
+EVALUATION_LIMITS = ("max_wall_s", "max_gpu_seconds")
+
+
 @dataclass
 class Budget:
     """Running use against ``BudgetConfig``; ``*_before`` carry what earlier sessions spent."""
@@ -150,11 +161,15 @@ class Budget:
     cost_before: float = 0.0
     gpu_seconds: float = 0.0
     clock: Callable[[], float] = time.monotonic
-    stop_reason: str | None = None
+    reached: list[str] = field(default_factory=list)
     started: float = field(init=False)
 
     def __post_init__(self) -> None:
         self.started = self.clock()
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self.reached[0] if self.reached else None
 
     def tokens(self) -> int:
         s = self.ledger.summary()
@@ -164,24 +179,28 @@ class Budget:
         self.gpu_seconds += device_seconds(result)
 
     def stop(self, reason: str, detail: str = "") -> None:
-        if self.stop_reason is None:
-            self.stop_reason = reason
-            log.warning("budget %s reached%s; no new LLM calls or evaluations", reason, detail)
+        if reason not in self.reached:
+            self.reached.append(reason)
+            scope = "evaluations and LLM calls" if reason in EVALUATION_LIMITS else "LLM calls"
+            log.warning("budget %s reached%s; no new %s", reason, detail, scope)
 
-    def exhausted(self) -> str | None:
-        """The first limit reached (sticky), or None."""
-        if self.stop_reason is None:
-            c = self.config
-            for name, limit, used in (
-                ("max_wall_s", c.max_wall_s, self.clock() - self.started),
-                ("max_gpu_seconds", c.max_gpu_seconds, self.gpu_seconds),
-                ("max_tokens_total", c.max_tokens_total, self.tokens()),
-                ("max_cost_usd", c.max_cost_usd, self.cost_before + self.ledger.cost_usd),
-            ):
-                if limit is not None and used >= limit:
-                    self.stop(name, f" ({used:.6g} >= {limit})")
-                    break
-        return self.stop_reason
+    def exhausted(self, *, llm: bool = True) -> str | None:
+        """The first limit reached (they stay reached) that stops the next LLM call, or with
+        ``llm=False`` the next evaluation; None while it may go ahead."""
+        c = self.config
+        for name, limit, used in (
+            ("max_wall_s", c.max_wall_s, lambda: self.clock() - self.started),
+            ("max_gpu_seconds", c.max_gpu_seconds, lambda: self.gpu_seconds),
+            ("max_tokens_total", c.max_tokens_total, lambda: float(self.tokens())),
+            ("max_cost_usd", c.max_cost_usd, lambda: self.cost_before + self.ledger.cost_usd),
+        ):
+            if not llm and name not in EVALUATION_LIMITS:
+                continue
+            if name not in self.reached and limit is not None and (value := used()) >= limit:
+                self.stop(name, f" ({value:.6g} >= {limit})")
+            if name in self.reached:
+                return name
+        return None
 
 
 class _Rename(ast.NodeTransformer):
@@ -240,16 +259,17 @@ class Search:
         self.db, self.pool, self.config, self.budget = db, pool, config, budget
         self.backend, self.progress, self.run_id = backend, progress, run_id
         self._slots: asyncio.Semaphore | None = None
-        self._stop_reported = False
+        self._reported: set[str] = set()
 
     def emit(self, kind: EventKind, **payload: Any) -> None:
         if self.progress is not None:
             self.progress(kind, payload)
 
-    def _exhausted(self) -> bool:
-        reason = self.budget.exhausted()
-        if reason and not self._stop_reported:
-            self._stop_reported = True
+    def _exhausted(self, *, llm: bool) -> bool:
+        """Whether a budget forbids the next LLM call (``llm``) or evaluation; reported once each."""
+        reason = self.budget.exhausted(llm=llm)
+        if reason and reason not in self._reported:
+            self._reported.add(reason)
             self.emit("stopped", reason=reason)
         return reason is not None
 
@@ -268,7 +288,9 @@ class Search:
     async def run_task(self, task: Task) -> None:
         last_round = self.config.rounds if self.backend is not None else 0
         await self._evaluate(task, self.db.pending(task.name))
-        while (r := self.db.rounds_done(task.name)) <= last_round and not self._exhausted():
+        while (r := self.db.rounds_done(task.name)) <= last_round:
+            if self._exhausted(llm=r > 0):
+                break
             finished = await (self._seed_round(task) if r == 0 else self._llm_round(task, r))
             if not finished:
                 break
@@ -324,6 +346,7 @@ class Search:
     ) -> None:
         """A round's replies in one transaction: a kill leaves all of them or none."""
         assert self.backend is not None
+        failures: list[str | None] = []
         with self.db.transaction():
             for i, c in enumerate(completions):
                 prov = Provenance(
@@ -342,17 +365,19 @@ class Search:
                         task, c.text, ex.error or "no code", prov, analysis=ex.analysis
                     )
                     log.info("%s round %d sample %d: %s", task.name, r, i, ex.error)
-                    self.emit("parse_failed", task=task.name, round=r, error=ex.error, done=self._done(task))
+                    failures.append(ex.error)
                     continue
                 try:
                     self.db.add_candidate(task, ex.code, prov, label=f"llm-r{r}-s{i}", analysis=ex.analysis)
                 except DuplicateSourceError as exc:
                     log.info("%s round %d sample %d repeats candidate %d", task.name, r, i, exc.existing_id)
+        for error in failures:  # after the commit: a callback that raises cannot undo the round
+            self.emit("parse_failed", task=task.name, round=r, error=error, done=self._done(task))
 
     def _finish_round(self, task: Task, r: int) -> bool:
         left = [row.id for row in self.db.pending(task.name) if row.round == r]
         if left:
-            if not self._exhausted():
+            if not self._exhausted(llm=False):
                 log.error(
                     "%s round %d: candidates %s left pending; a resumed run retries them", task.name, r, left
                 )
@@ -372,7 +397,7 @@ class Search:
     async def _evaluate_one(self, task: Task, row: CandidateRow) -> None:
         assert self._slots is not None
         async with self._slots:
-            if self._exhausted():
+            if self._exhausted(llm=False):
                 return
             future = self.pool.submit(EvalRequest(task, row.source, request_id=str(row.id)))
             try:
@@ -382,7 +407,7 @@ class Search:
                 return
         self.db.record_result(row.id, result)
         self.budget.add(result)
-        verdict = f"{result.speedup:.3f}x" if result.speedup is not None else f"not ok: {result.error[:200]}"
+        verdict = f"{result.speedup:.3f}x" if result.speedup is not None else f"not ok: {_why(result)}"
         log.info("%s #%d %s (round %d): %s", task.name, row.id, row.label, row.round, verdict)
         best = choose_best(self.db.evaluated(task.name))
         self.emit(
@@ -393,7 +418,7 @@ class Search:
             round=row.round,
             ok=result.ok,
             speedup=result.speedup,
-            error=result.error,
+            error=None if result.ok else _why(result),
             best_speedup=best.speedup if best else None,
             best_label=best.label if best else None,
             done=self._done(task),
@@ -403,6 +428,15 @@ class Search:
         """Samples dealt with so far (evaluated or unparseable): a progress bar's position."""
         counts = self.db.counts(task.name)
         return counts.evaluated + counts.parse_failed
+
+
+def _why(result: EvalResult) -> str:
+    if result.failed_stage is not None:
+        lines = result.error.strip().splitlines() or ["no message"]
+        return f"{result.failed_stage} stage: {lines[-1][:200]}"
+    if result.rejected:
+        return "rejected: " + "; ".join(f.code for f in result.findings if f.severity is Severity.REJECT)
+    return "incorrect outputs" if not result.correct else "not timed"
 
 
 def _chat(messages: list[dict[str, str]]) -> list[Message]:

@@ -124,38 +124,17 @@ def optimize(
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with _run_log(run_dir / LOG_FILE), CandidateDB(run_dir / DB_FILE) as db:
-        _remember_tasks(db, tasks)
-        (run_dir / CONFIG_FILE).write_text(dump_config(config), encoding="utf-8")
-        run_id = db.start_run(dump_config(config), note="resume" if resume else "")
-        db.set_meta("complete", "0")
-        if backend is not None:
-            db.set_meta("llm", _describe(backend))
-        before = ledger_totals(run_dir / LEDGER_FILE)
-        ledger = Ledger(run_dir / LEDGER_FILE)
-        for record in preflight:
-            ledger.record(record)
-        if backend is not None:
-            backend.ledger = ledger
-        budget = Budget(
-            config.budget,
-            ledger,
-            tokens_before=before["prompt_tokens"] + before["completion_tokens"],
-            cost_before=before["cost_usd"],
-            gpu_seconds=sum(
-                device_seconds(r.result) for t in tasks for r in db.evaluated(t.name) if r.result
-            ),
-        )
-        log.info("run %d in %s: %d tasks, llm %s", run_id, run_dir, len(tasks), backend or "none")
+        run_id, budget = _start_session(run_dir, db, tasks, config, backend, preflight, resume)
         if progress is not None:
             plan = {t.name: {"total": _expected(t, config, backend), "done": _done(db, t)} for t in tasks}
             progress("run_start", {"tasks": plan})
         try:
             _search(db, tasks, config, budget, backend, progress, run_id)
+            db.set_meta("stop_reason", budget.stop_reason or "")
+            _final_round(db, tasks, config, progress)
         finally:
             wall = float(db.get_meta("wall_s") or 0) + time.monotonic() - started
             db.set_meta("wall_s", f"{wall:.3f}")
-        db.set_meta("stop_reason", budget.stop_reason or "")
-        _final_round(db, tasks, config, progress)
         db.set_meta("complete", "1")
         summary = _write_outputs(run_dir, db, config)
     if progress is not None:
@@ -180,8 +159,6 @@ def load_run_tasks(run_dir: Path) -> list[Task]:
 def load_run_summary(run_dir: Path) -> RunSummary:
     """The run's summary, built from its database (so a running or killed run shows its progress)."""
     run_dir = Path(run_dir)
-    if not (run_dir / DB_FILE).is_file() and (run_dir / SUMMARY_FILE).is_file():
-        return RunSummary.from_dict(json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8")))
     config = load_run_config(run_dir)
     with _open_db(run_dir) as db:
         return build_summary(run_dir, db, config)
@@ -333,6 +310,38 @@ def _remember_tasks(db: CandidateDB, tasks: Sequence[Task]) -> None:
             "origin": t.origin,
         }
     db.set_meta("tasks", json.dumps(stored))
+
+
+def _start_session(
+    run_dir: Path,
+    db: CandidateDB,
+    tasks: Sequence[Task],
+    config: OptimizeConfig,
+    backend: LLMBackend | None,
+    preflight: list[CallRecord],
+    resume: bool,
+) -> tuple[int, Budget]:
+    """Record the session (tasks, config, model) and attach the run's ledger; returns its budget."""
+    _remember_tasks(db, tasks)
+    (run_dir / CONFIG_FILE).write_text(dump_config(config), encoding="utf-8")
+    run_id = db.start_run(dump_config(config), note="resume" if resume else "")
+    db.set_meta("complete", "0")
+    before = ledger_totals(run_dir / LEDGER_FILE)
+    ledger = Ledger(run_dir / LEDGER_FILE)
+    for record in preflight:
+        ledger.record(record)
+    if backend is not None:
+        db.set_meta("llm", _describe(backend))
+        backend.ledger = ledger
+    log.info("run %d in %s: %d tasks, llm %s", run_id, run_dir, len(tasks), backend or "none")
+    spent = sum(device_seconds(r.result) for t in tasks for r in db.evaluated(t.name) if r.result)
+    return run_id, Budget(
+        config.budget,
+        ledger,
+        tokens_before=before["prompt_tokens"] + before["completion_tokens"],
+        cost_before=before["cost_usd"],
+        gpu_seconds=spent,
+    )
 
 
 def _describe(backend: LLMBackend) -> str:
