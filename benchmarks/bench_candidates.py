@@ -36,8 +36,8 @@ torch::Tensor gelu(torch::Tensor x) {
     return y;
 }
 """
-ext = load_inline("bench_gelu_BLOCK", cpp_sources="torch::Tensor gelu(torch::Tensor x);",
-                  cuda_sources="#define BLOCK BLOCK\n" + cuda_src, functions=["gelu"])
+ext = load_inline("bench_gelu_THREADS", cpp_sources="torch::Tensor gelu(torch::Tensor x);",
+                  cuda_sources="#define BLOCK THREADS\n" + cuda_src, functions=["gelu"])
 
 
 class ModelNew(nn.Module):
@@ -67,9 +67,9 @@ torch::Tensor epilogue(torch::Tensor y, torch::Tensor bias, torch::Tensor x, dou
     return out;
 }
 """
-ext = load_inline("bench_NAME_BLOCK",
+ext = load_inline("bench_NAME_THREADS",
                   cpp_sources="torch::Tensor epilogue(torch::Tensor y, torch::Tensor b, torch::Tensor x, double s);",
-                  cuda_sources="#define BLOCK BLOCK\n" + cuda_src, functions=["epilogue"])
+                  cuda_sources="#define BLOCK THREADS\n" + cuda_src, functions=["epilogue"])
 
 
 class ModelNew(nn.Module):
@@ -102,11 +102,11 @@ class ModelNew(ModelRef):
 
 
 def _gelu(block: int) -> str:
-    return _GELU.replace("BLOCK", str(block))
+    return _GELU.replace("THREADS", str(block))
 
 
 def _epilogue(name: str, op: str, block: int) -> str:
-    return _EPILOGUE.replace("OP", op).replace("NAME", name).replace("BLOCK", str(block))
+    return _EPILOGUE.replace("OP", op).replace("NAME", name).replace("THREADS", str(block))
 
 
 def _cudnn_scoped(task: Task) -> str:
@@ -115,7 +115,7 @@ def _cudnn_scoped(task: Task) -> str:
 
 
 def mixed_batch(tasks: dict[str, Task]) -> list[tuple[str, str, str]]:
-    """(label, task name, source): 31 candidates, 8 of them load_inline CUDA, 3 planted failures."""
+    """(label, task name, source): 31 candidates, 10 of them load_inline CUDA (2 planted to fail), 3 planted failures."""
     batch = [(f"self:{name}", name, self_candidate(t)) for name, t in tasks.items()]
     batch += [(f"cuda-gelu-{b}", "5_gelu", _gelu(b)) for b in (128, 256, 512, 1024)]
     batch += [(f"cuda-bias-gelu-{b}", "1_gemm_bias_gelu", _epilogue("bias_gelu", _BIAS_GELU, b)) for b in (256, 512)]
@@ -123,7 +123,8 @@ def mixed_batch(tasks: dict[str, Task]) -> list[tuple[str, str, str]]:
         (f"cuda-scale-residual-{b}", "3_matmul_scale_residual", _epilogue("scale_res", _SCALE_RESIDUAL, b))
         for b in (256, 512)
     ]
-    batch += [(f"cudnn-scoped:{n}", n, _cudnn_scoped(tasks[n])) for n in ("2_conv2d", "2_conv_bn_relu")]
+    conv_tasks = ("2_conv2d", "2_conv_bn_relu", "6_conv_maxpool_sigmoid_sum", "2_conv_block")
+    batch += [(f"cudnn-scoped:{n}", n, _cudnn_scoped(tasks[n])) for n in conv_tasks]
     batch += [
         ("planted:wrong-gelu", "5_gelu", _gelu(256).replace("erff(v * 0.70710678118654752f)", "tanhf(v)")),
         ("planted:cuda-syntax", "5_gelu", _gelu(64).replace("float v = x[i];", "float v = x[i]")),

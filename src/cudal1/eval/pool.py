@@ -81,6 +81,10 @@ class EvalPool:
         for d in self.devices:
             self._device_slots.put(d)
         self._timing_cpus, self._general_cpus = _split_cpus(self.devices)
+        # This process's threads (and the threads it starts) keep off the timing cores too.
+        self._saved_affinity = os.sched_getaffinity(0)
+        if self._general_cpus:
+            os.sched_setaffinity(0, self._general_cpus)
         self._refs: dict[tuple[str, str], ReferenceWorker] = {}
         self._refs_lock = threading.Lock()
         self._spares = SparePool(config, spares, self._general_cpus)
@@ -107,6 +111,7 @@ class EvalPool:
             for ref in self._refs.values():
                 ref.close()
             self._refs.clear()
+        os.sched_setaffinity(0, self._saved_affinity)
 
     def __enter__(self) -> EvalPool:
         return self
@@ -179,5 +184,6 @@ def _split_cpus(devices: list[str]) -> tuple[dict[str, tuple[int, int]], set[int
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2 * len(devices) + 2:
         return {}, None
-    pairs = {d: (cpus[2 * i], cpus[2 * i + 1]) for i, d in enumerate(devices)}
-    return pairs, set(cpus[2 * len(devices) :])
+    # From the end: CPU 0 takes most interrupts.
+    pairs = {d: (cpus[-1 - 2 * i], cpus[-2 - 2 * i]) for i, d in enumerate(devices)}
+    return pairs, set(cpus[: len(cpus) - 2 * len(devices)])
