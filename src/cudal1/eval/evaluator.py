@@ -29,6 +29,7 @@ from cudal1.eval.compare import Comparison
 from cudal1.eval.roofline import DevicePeaks, Precision, Work, physical_gate, sol_ms
 from cudal1.eval.sandbox import RemoteError, WorkerError, WorkerProcess
 from cudal1.eval.timing import PairedOutcome, measure_paired
+from cudal1.eval.wire import header
 from cudal1.schema import (
     Correctness,
     EvalResult,
@@ -126,6 +127,7 @@ class Evaluation:
     environment: dict[str, Any] = field(default_factory=dict)
     sol: SpeedOfLight | None = None
     cand: WorkerProcess | None = None
+    _input_digests: dict[str, list[Any]] = field(default_factory=dict)
     failed: bool = False
 
     @contextmanager
@@ -229,9 +231,65 @@ class Evaluation:
             raise StageFailed(
                 Stage.CORRECTNESS, "inputs made in the candidate's process differ from the reference's"
             )
+        self._input_digests[key] = list(want)
         r = _ref(ref.process, "run", key=key, float64=self.config.tolerance.float64_reference, keep=True)
         if r.get("float64_error"):
             self.environment["float64_error"] = r["float64_error"]
+
+    def _integrity(self, reply: dict[str, Any], key: str) -> None:
+        """Findings from what the candidate's call left behind (see worker._observe)."""
+        obs = reply.get("observations") or {}
+        values = (reply.get("outputs") or {}).get("values") or []
+        odd = [
+            v.get("type")
+            for v in values
+            if isinstance(v, dict) and "__tensor__" in v and v.get("type") != "Tensor"
+        ]
+        if odd:
+            self._finding(
+                "output_not_plain_tensor",
+                Severity.REJECT,
+                f"outputs are tensor subclasses {odd}",
+                {"types": odd},
+            )
+        if obs.get("inputs_digest") is not None and list(obs["inputs_digest"]) != self._input_digests.get(
+            key
+        ):
+            self._finding(
+                "input_mutated", Severity.REJECT, "the candidate changed its input tensors", {"key": key}
+            )
+        if obs.get("aliases"):
+            self._finding("output_aliases_owned_memory", Severity.REJECT, "; ".join(obs["aliases"]), {})
+        changes = obs.get("state_changes") or {}
+        patched = {k: v for k, v in changes.items() if k.startswith("id:")}
+        flags = {k: v for k, v in changes.items() if not k.startswith("id:")}
+        if patched:
+            names = ", ".join(k.removeprefix("id:") for k in patched)
+            self._finding(
+                "functions_patched",
+                Severity.REJECT,
+                f"the candidate replaced {names}",
+                {"changed": sorted(patched)},
+            )
+        if flags:
+            self._finding(
+                "global_state_changed",
+                Severity.WARNING,
+                "process-wide torch settings changed (a module should scope them, e.g. with torch.backends.cudnn.flags)",
+                {"changed": flags},
+            )
+        before, after = obs.get("threads_before"), obs.get("threads_after")
+        if isinstance(before, int) and isinstance(after, int) and after > before:
+            self._finding(
+                "threads_left_running",
+                Severity.WARNING,
+                f"{after - before} thread(s) still running after the call",
+                {"before": before, "after": after},
+            )
+
+    def _finding(self, code: str, severity: Severity, message: str, evidence: dict[str, Any]) -> None:
+        if all(f.code != code for f in self.findings):
+            self.findings.append(Finding(code, severity, Stage.INTEGRITY, message, evidence))
 
     def _compare(self, ref: ReferenceWorker, key: str, raw_reply: bytes) -> tuple[Comparison, list[Any]]:
         r = _ref(
@@ -251,7 +309,9 @@ class Evaluation:
         for trial in range(n):
             key = f"check{trial}"
             self._make_inputs(ref, seeds.next(), key)
-            cmp, _ = self._compare(ref, key, self.cand.request_raw("run", key=key))
+            raw = self.cand.request_raw("run", key=key)
+            self._integrity(header(raw), key)
+            cmp, _ = self._compare(ref, key, raw)
             for proc in (ref.process, self.cand):
                 proc.request("forget", keys=[key])
             against = cmp.against

@@ -18,6 +18,7 @@ import gc
 import importlib.util
 import os
 import sys
+import threading
 import time
 import traceback
 from multiprocessing.connection import Connection
@@ -36,6 +37,7 @@ class Worker:
         self.model: Any = None
         self.inputs: dict[str, list[Any]] = {}
         self.expected: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {}
+        self.state0: dict[str, Any] = {}
         self.model64: Any = None
         self.device = torch.device("cpu")
         self.timing_sets: list[list[Any]] = []
@@ -71,6 +73,8 @@ class Worker:
         from cudal1.tasks import import_task_module
 
         self.module = import_task_module(Task(name, source, path=path))
+        # Before any candidate code runs here: the state a candidate must leave as it found it.
+        self.state0 = global_state()
         return {}
 
     def cmd_load_candidate(self, source: str, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -115,11 +119,12 @@ class Worker:
         """Run on stored inputs. The reference keeps its outputs (``keep``) to compare against;
         a candidate returns its outputs, which the evaluator forwards to the reference."""
         inputs = self.inputs[key]
+        threads = threading.active_count()
         with torch.no_grad():
             out = self.model(*inputs)
             _sync(self.device)
         if not keep:
-            return {"outputs": _describe(out)}
+            return {"outputs": _describe(out), "observations": self._observe(out, inputs, threads)}
         out64, err64 = None, None
         if float64 and self.model64 is not None:
             try:
@@ -219,6 +224,17 @@ class Worker:
     def cmd_fetch_last(self) -> dict[str, Any]:
         return {"outputs": _describe(self.last_output)}
 
+    def _observe(self, out: Any, inputs: list[Any], threads_before: int) -> dict[str, Any]:
+        """What a candidate's call left behind, for the evaluator's integrity findings. A
+        candidate can forge this, so it only ever adds findings; verdicts come from outputs."""
+        return {
+            "threads_before": threads_before,
+            "threads_after": threading.active_count(),
+            "inputs_digest": [digest(x) if isinstance(x, torch.Tensor) else None for x in inputs],
+            "aliases": _aliases(out, inputs, self.model),
+            "state_changes": _state_changes(self.state0, global_state()),
+        }
+
     def cmd_work(self, key: str) -> dict[str, Any]:
         """FLOPs and compulsory bytes of one reference call (on meta tensors where possible)."""
         from cudal1.eval.roofline import count_work
@@ -259,6 +275,62 @@ def _import_source(source: str, module_name: str, filename: Path) -> Any:
 
 def _to_device(x: Any, device: torch.device) -> Any:
     return x.to(device) if isinstance(x, torch.Tensor) else x
+
+
+def global_state() -> dict[str, Any]:
+    """Process-wide settings and the identity of functions a timing or comparison hack patches."""
+    import time as _time
+
+    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+    state: dict[str, Any] = {
+        "cudnn.enabled": cudnn.enabled,
+        "cudnn.benchmark": cudnn.benchmark,
+        "cudnn.deterministic": cudnn.deterministic,
+        "cudnn.allow_tf32": cudnn.allow_tf32,
+        "matmul.allow_tf32": matmul.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+    patched = {
+        "torch.allclose": torch.allclose,
+        "torch.isclose": torch.isclose,
+        "torch.equal": torch.equal,
+        "torch.testing.assert_close": torch.testing.assert_close,
+        "torch.cuda.synchronize": torch.cuda.synchronize,
+        "torch.cuda.Event.record": torch.cuda.Event.record,
+        "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
+        "time.perf_counter": _time.perf_counter,
+        "time.time": _time.time,
+        "torch.nn.Module.__call__": torch.nn.Module.__call__,
+    }
+    state.update({f"id:{k}": id(v) for k, v in patched.items()})
+    return state
+
+
+def _state_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
+    return {k: [before.get(k), after.get(k)] for k in after if before and before.get(k) != after.get(k)}
+
+
+def _aliases(out: Any, inputs: list[Any], model: Any) -> list[str]:
+    """Output leaves whose memory overlaps an input's or a parameter's."""
+
+    def span(t: torch.Tensor) -> tuple[int, int]:
+        st = t.untyped_storage()
+        return st.data_ptr(), st.data_ptr() + st.nbytes()
+
+    owned = [("input", x) for x in inputs if isinstance(x, torch.Tensor)]
+    if isinstance(model, torch.nn.Module):
+        owned += [("parameter", p) for p in model.parameters()] + [("buffer", b) for b in model.buffers()]
+    found = []
+    for i, leaf in enumerate(flatten_outputs(out)):
+        if not isinstance(leaf, torch.Tensor) or leaf.numel() == 0:
+            continue
+        lo, hi = span(leaf)
+        for kind, t in owned:
+            tlo, thi = span(t)
+            if t.numel() and lo < thi and tlo < hi:
+                found.append(f"output {i} shares memory with a {kind}")
+                break
+    return found
 
 
 def _on(desc: dict[str, Any] | None, device: torch.device) -> dict[str, Any] | None:
