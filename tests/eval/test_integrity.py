@@ -102,3 +102,38 @@ def test_honest_candidate_has_no_runtime_findings(task, fast_config, candidate):
         "output_not_plain_tensor",
     }
     assert not runtime & set(_codes(result))
+
+
+def test_observation_rules_without_workers():
+    from cudal1.eval.integrity import observation_findings
+
+    clean = {
+        "outputs": {"values": [{"__tensor__": 0, "type": "Tensor"}]},
+        "observations": {
+            "inputs_digest": [7],
+            "aliases": [],
+            "state_changes": {},
+            "threads_before": 3,
+            "threads_after": 3,
+        },
+    }
+    assert observation_findings(clean, [7], "check0") == []
+    dirty = {
+        "outputs": {"values": [{"__tensor__": 0, "type": "Lazy"}]},
+        "observations": {
+            "inputs_digest": [8],
+            "aliases": ["output 0 shares memory with a input"],
+            "state_changes": {"id:torch.allclose": [1, 2], "cudnn.benchmark": [False, True]},
+            "threads_before": 3,
+            "threads_after": 5,
+        },
+    }
+    codes = {f.code: f.severity for f in observation_findings(dirty, [7], "check0")}
+    assert codes == {
+        "output_not_plain_tensor": Severity.REJECT,
+        "input_mutated": Severity.REJECT,
+        "output_aliases_owned_memory": Severity.REJECT,
+        "functions_patched": Severity.REJECT,
+        "global_state_changed": Severity.WARNING,
+        "threads_left_running": Severity.WARNING,
+    }

@@ -6,7 +6,7 @@ import random
 
 from cudal1.config import TimingConfig
 from cudal1.eval import stats
-from cudal1.eval.evaluator import _timing_verdict
+from cudal1.eval.integrity import timing_verdict as _timing_verdict
 from cudal1.eval.timing import measure_paired
 
 

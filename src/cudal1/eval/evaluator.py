@@ -26,9 +26,10 @@ from typing import Any
 from cudal1.config import EvalConfig
 from cudal1.eval import stats
 from cudal1.eval.compare import Comparison
+from cudal1.eval.integrity import observation_findings, timing_verdict
 from cudal1.eval.roofline import DevicePeaks, Precision, Work, physical_gate, sol_ms
 from cudal1.eval.sandbox import RemoteError, WorkerError, WorkerProcess
-from cudal1.eval.timing import PairedOutcome, measure_paired
+from cudal1.eval.timing import measure_paired
 from cudal1.eval.wire import header
 from cudal1.schema import (
     Correctness,
@@ -238,58 +239,9 @@ class Evaluation:
 
     def _integrity(self, reply: dict[str, Any], key: str) -> None:
         """Findings from what the candidate's call left behind (see worker._observe)."""
-        obs = reply.get("observations") or {}
-        values = (reply.get("outputs") or {}).get("values") or []
-        odd = [
-            v.get("type")
-            for v in values
-            if isinstance(v, dict) and "__tensor__" in v and v.get("type") != "Tensor"
-        ]
-        if odd:
-            self._finding(
-                "output_not_plain_tensor",
-                Severity.REJECT,
-                f"outputs are tensor subclasses {odd}",
-                {"types": odd},
-            )
-        if obs.get("inputs_digest") is not None and list(obs["inputs_digest"]) != self._input_digests.get(
-            key
-        ):
-            self._finding(
-                "input_mutated", Severity.REJECT, "the candidate changed its input tensors", {"key": key}
-            )
-        if obs.get("aliases"):
-            self._finding("output_aliases_owned_memory", Severity.REJECT, "; ".join(obs["aliases"]), {})
-        changes = obs.get("state_changes") or {}
-        patched = {k: v for k, v in changes.items() if k.startswith("id:")}
-        flags = {k: v for k, v in changes.items() if not k.startswith("id:")}
-        if patched:
-            names = ", ".join(k.removeprefix("id:") for k in patched)
-            self._finding(
-                "functions_patched",
-                Severity.REJECT,
-                f"the candidate replaced {names}",
-                {"changed": sorted(patched)},
-            )
-        if flags:
-            self._finding(
-                "global_state_changed",
-                Severity.WARNING,
-                "process-wide torch settings changed (a module should scope them, e.g. with torch.backends.cudnn.flags)",
-                {"changed": flags},
-            )
-        before, after = obs.get("threads_before"), obs.get("threads_after")
-        if isinstance(before, int) and isinstance(after, int) and after > before:
-            self._finding(
-                "threads_left_running",
-                Severity.WARNING,
-                f"{after - before} thread(s) still running after the call",
-                {"before": before, "after": after},
-            )
-
-    def _finding(self, code: str, severity: Severity, message: str, evidence: dict[str, Any]) -> None:
-        if all(f.code != code for f in self.findings):
-            self.findings.append(Finding(code, severity, Stage.INTEGRITY, message, evidence))
+        for finding in observation_findings(reply, self._input_digests.get(key), key):
+            if all(f.code != finding.code for f in self.findings):
+                self.findings.append(finding)
 
     def _compare(self, ref: ReferenceWorker, key: str, raw_reply: bytes) -> tuple[Comparison, list[Any]]:
         r = _ref(
@@ -350,7 +302,7 @@ class Evaluation:
             check,
             rng=random.Random(seeds.next()),
         )
-        self.timing, findings = _timing_verdict(outcome, self.device, cfg.clock_disagreement)
+        self.timing, findings = timing_verdict(outcome, self.device, cfg.clock_disagreement)
         self.findings.extend(findings)
         if outcome.failures:
             raise StageFailed(Stage.TIMING, outcome.failures[0])
@@ -434,72 +386,6 @@ class WorkerEndpoint:
         if not math.isfinite(ms) or ms < 0:
             raise RemoteError(f"worker reported an impossible time {ms!r}", "")
         return ms, list(r["digest"])
-
-
-def _timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tuple[Timing, list[Finding]]:
-    findings: list[Finding] = []
-    est = out.estimate
-    ref_gap, cand_gap = out.gap_ms()
-    cand_ms = stats.median(out.cand_ms)
-    # Hidden work (unsynchronised streams, threads, forged events) shows up as extra trusted wall
-    # time on the candidate's side only; both sides pay the same fixed overheads. The host side
-    # of a sample is noisy at sub-millisecond scale (on the H200, A-vs-A pairs differed by up to
-    # 0.2 ms per sample with no hidden work), so the excess must also clear the reference's own
-    # gap noise: 4 x its median absolute deviation. Only the reference's noise counts, since a
-    # candidate could make its own noisy on purpose.
-    excess = stats.median(
-        [
-            (cw - ce) - (rw - re)
-            for cw, ce, rw, re in zip(out.cand_wall_ms, out.cand_ms, out.ref_wall_ms, out.ref_ms, strict=True)
-        ]
-    )
-    ref_gaps = [w - e for w, e in zip(out.ref_wall_ms, out.ref_ms, strict=True)]
-    noise = stats.median([abs(g - ref_gap) for g in ref_gaps])
-    threshold = max(disagreement * cand_ms, 4 * noise, 0.02)
-    if excess > threshold:
-        findings.append(
-            Finding(
-                "clock_disagreement",
-                Severity.WARNING,
-                Stage.INTEGRITY,
-                "the candidate's own times are shorter than the trusted clock shows; the trusted clock's speedup counts",
-                {
-                    "excess_ms": excess,
-                    "threshold_ms": threshold,
-                    "ref_gap_ms": ref_gap,
-                    "cand_gap_ms": cand_gap,
-                    "cand_worker_ms": cand_ms,
-                    "worker_speedup": est.median,
-                    "wall_speedup": out.wall_estimate.median,
-                },
-            )
-        )
-        if out.wall_estimate.median < est.median:
-            est = out.wall_estimate
-    timing = Timing(
-        device=device,
-        calls_per_sample=out.calls_per_sample,
-        ref_ms=tuple(out.ref_ms),
-        cand_ms=tuple(out.cand_ms),
-        ref_wall_ms=tuple(out.ref_wall_ms),
-        cand_wall_ms=tuple(out.cand_wall_ms),
-        speedup=est.median,
-        ci_low=est.ci_low,
-        ci_high=est.ci_high,
-        wall_speedup=out.wall_estimate.median,
-        stop_reason=out.stop_reason,
-    )
-    if out.failures:
-        findings.append(
-            Finding(
-                "timed_output_mismatch",
-                Severity.REJECT,
-                Stage.INTEGRITY,
-                out.failures[0],
-                {"checked": out.checked},
-            )
-        )
-    return timing, findings
 
 
 class _Seeds:

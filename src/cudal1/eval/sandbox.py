@@ -29,7 +29,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -258,9 +257,3 @@ class WorkerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def wait_all_ready(workers: list[WorkerProcess], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    for w in workers:
-        w.wait_ready(max(0.1, deadline - time.monotonic()))
