@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool): installs carried wheels, runs the GPU tests and the
-# benchmarks, and writes logs under $OUT. Usage: bash scripts/gpu-check.sh [tests|bench|all] [ARGS...]
+# benchmarks, and writes logs under $OUT. Usage: bash scripts/gpu-check.sh [tests|bench|all|optimize|verify] [ARGS...]
 set -uo pipefail
 OUT=${OUT:-/tmp/cudal1-out}
 mkdir -p "$OUT"
@@ -24,5 +24,12 @@ if [[ $what == bench || $what == all ]]; then
 fi
 if [[ $what == optimize ]]; then
   python3 -m cudal1.cli optimize "$@" 2>&1 | tee "$OUT/optimize.log" || rc=1
+fi
+if [[ $what == verify ]]; then
+  # verify RECORDS [ARGS]: the report JSON (and its .rows.jsonl) go to $OUT unless --json is given.
+  json=(--json "$OUT/verify.json")
+  for arg in "$@"; do [[ $arg == --json || $arg == --json=* ]] && json=(); done
+  COLUMNS=${COLUMNS:-240} python3 -m cudal1.cli verify "$@" "${json[@]}" 2>&1 | tee "$OUT/verify.log"
+  rc=${PIPESTATUS[0]}
 fi
 exit $rc

@@ -128,6 +128,69 @@ def eval_command(
     raise typer.Exit(_exit_code(result))
 
 
+@app.command("verify")
+def verify_command(
+    records: Annotated[Path, typer.Argument(help="CUDA-L1 release file (JSON Lines) or a cudal1 export")],
+    device: Annotated[str | None, typer.Option(help="auto | cpu | cuda | cuda:N")] = None,
+    workers: Annotated[int, typer.Option(min=1, help="candidates compiled and checked in parallel")] = 4,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="write the full report here; rows stream to PATH's .rows.jsonl")
+    ] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="verify only the first N selected records")] = None,
+    sample: Annotated[int | None, typer.Option(min=1, help="a random subset of N records (see --seed)")] = None,
+    seed: Annotated[int, typer.Option(help="seed of --sample")] = 0,
+    levels: Annotated[list[str] | None, typer.Option(help="only these levels, e.g. --levels 1,2")] = None,
+    budget_s: Annotated[float | None, typer.Option(help="timing budget per record, seconds")] = None,
+    deadline_s: Annotated[
+        float | None, typer.Option(help="start no evaluation after this many seconds; the rest are 'not run'")
+    ] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML EvalConfig")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="config override, e.g. timing.min_samples=5")] = None,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+) -> None:
+    """Re-measure every record's candidate against its reference on this machine.
+
+    Claimed speedups in RECORDS were measured elsewhere (another GPU, another evaluator). Each \
+candidate goes through the full evaluator (static checks, compile, correctness, paired timing, \
+integrity guards); a table puts claimed and measured speedup side by side with every finding. \
+Records without code ("None") are listed as "no code".
+
+    Selection: --levels, then --sample, then --limit. With --json PATH, each finished row is \
+appended to PATH's .rows.jsonl at once, so a killed run loses nothing it finished; PATH itself \
+is written at the end.
+
+    Exit 0 when the run completes, whatever the verdicts (records left "not run" by --deadline-s \
+included); 2 for bad input.
+    """
+    from cudal1.report.verify import Selection, render_rows, render_summary, run_verify, summarize
+    from cudal1.tasks import TaskError
+
+    _logging(verbose)
+    overrides = [*(set_ or []), *([f"timing.budget_s={budget_s}"] if budget_s is not None else [])]
+    cfg = _eval_config(config, overrides, device)
+    if not records.is_file():
+        raise _bad_input(f"{records}: no such records file")
+    try:
+        wanted = frozenset(int(x) for item in levels or [] for x in item.split(",") if x.strip())
+    except ValueError:
+        raise _bad_input(f"--levels {levels}: expected level numbers, e.g. 1,2") from None
+    selection = Selection(levels=wanted, sample=sample, seed=seed, limit=limit)
+
+    def echo(line: str) -> None:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    try:
+        rows, _ = run_verify(
+            records, selection, cfg, workers=workers, json_path=json_path, deadline_s=deadline_s, echo=echo
+        )
+    except TaskError as exc:
+        raise _bad_input(str(exc)) from None
+    console.print(render_rows(rows))
+    console.print(render_summary(summarize(rows)))
+    if json_path:
+        console.print(f"report: {json_path} (rows as they finished: {json_path.stem}.rows.jsonl)")
+
+
 def _register_optimize() -> None:
     from cudal1.cli_optimize import register
 
