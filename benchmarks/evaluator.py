@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_candidates import mixed_batch, self_candidate  # noqa: E402
 
-from cudal1.config import EvalConfig, TimingConfig  # noqa: E402
+from cudal1.config import EvalConfig, load_config  # noqa: E402
 from cudal1.eval.pool import EvalPool  # noqa: E402
 from cudal1.schema import EvalRequest, EvalResult, Stage  # noqa: E402
 from cudal1.tasks import bundled_tasks  # noqa: E402
@@ -34,7 +34,7 @@ console = Console(width=160)
 
 def precision(args: argparse.Namespace) -> list[dict]:
     tasks = [t for t in bundled_tasks(args.size) if not args.tasks or t.name in args.tasks]
-    cfg = EvalConfig(device=args.device, timing=TimingConfig(budget_s=args.budget_s))
+    cfg = _config(args)
     requests = [
         EvalRequest(t, self_candidate(t), f"{t.name}#{rep}") for rep in range(args.repeats) for t in tasks
     ]
@@ -44,6 +44,8 @@ def precision(args: argparse.Namespace) -> list[dict]:
             name = req.task.name
             row = rows.setdefault(name, {"task": name, "level": req.task.level, "runs": []})
             row["runs"].append(_run_summary(res))
+            if args.json:  # partial results survive a killed run
+                args.json.write_text(json.dumps({"precision_partial": list(rows.values())}))
             console.print(f"  {req.request_id}: {'ok' if res.ok else 'FAILED ' + res.error[:120]}"
                           + (f" speedup {res.timing.speedup:.4f} +-{100 * res.timing.ci_half_width:.2f}%" if res.timing else ""))
     table = Table(title=f"A-vs-A precision ({args.repeats} repeats, timing budget {args.budget_s}s)")
@@ -101,7 +103,7 @@ def throughput(args: argparse.Namespace) -> dict:
     tasks = {t.name: t for t in bundled_tasks(args.size)}
     batch = mixed_batch(tasks)
     cache = Path(tempfile.mkdtemp(prefix="cudal1-bench-cache-"))
-    cfg = EvalConfig(device=args.device, build_cache=cache, timing=TimingConfig(budget_s=args.budget_s))
+    cfg = _config(args, f"build_cache={cache}")
     results = {}
     table = Table(title=f"throughput: {len(batch)} candidates, {args.workers} workers, timing budget {args.budget_s}s")
     for col in ("cache", "wall s", "candidates/GPU-hour", "ok", "failed", "compile s (sum)", "max compile s", "device s (sum)"):
@@ -150,6 +152,11 @@ def _self_table(outcomes: list[tuple[str, EvalResult]]) -> Table:
     return table
 
 
+def _config(args: argparse.Namespace, *extra: str) -> EvalConfig:
+    overrides = [f"device={args.device}", f"timing.budget_s={args.budget_s}", *extra, *args.set]
+    return load_config(EvalConfig, None, overrides)
+
+
 def _stage_s(res: EvalResult, stage: Stage) -> float:
     return sum(s.seconds for s in res.stages if s.stage is stage)
 
@@ -164,6 +171,8 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=4.0)
     parser.add_argument("--tasks", nargs="*", help="precision: only these bundled tasks")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="evaluator config override, e.g. timing.lead_us=0 (repeatable)")
     args = parser.parse_args()
     report = {}
     if args.part in ("precision", "all"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 from cudal1.config import TimingConfig
@@ -206,3 +207,12 @@ def test_calls_per_sample_rules():
     assert stats.calls_per_sample(0.5, 0.1, 1.0, 1000) == 1
     assert stats.calls_per_sample(0.002, 0.1, 1.0, 1000) == 500
     assert stats.calls_per_sample(0.0001, 0.1, 1.0, 1000) == 1000
+
+
+def test_reproducibility_floor_widens_a_tight_interval_in_quadrature():
+    tight = stats.RatioEstimate(1.004, 1.003, 1.005)
+    wide = stats.with_floor(tight, 0.006)
+    assert wide.median == tight.median
+    assert wide.ci_low < 1.0 < wide.ci_high
+    assert abs((wide.ci_high - wide.median) - math.hypot(0.001, 0.006 * 1.004)) < 1e-12
+    assert stats.with_floor(tight, 0.0) == tight

@@ -26,6 +26,24 @@ class RatioEstimate:
         return (self.ci_high - self.ci_low) / 2 / self.median
 
 
+def with_floor(est: RatioEstimate, floor: float) -> RatioEstimate:
+    """Widen the interval by a relative reproducibility floor, added in quadrature on each side.
+
+    The bootstrap sees only the samples of one evaluation, i.e. of one pair of worker processes.
+    Two processes running the very same code still differ slightly (memory placement, host
+    state), so the same A-vs-A measurement repeated in fresh processes scatters more than one
+    bootstrap interval admits; the floor is that scatter's 95% half-width.
+    """
+    if floor <= 0 or not math.isfinite(est.median):
+        return est
+    pad = floor * est.median
+    return RatioEstimate(
+        est.median,
+        est.median - math.hypot(est.median - est.ci_low, pad),
+        est.median + math.hypot(est.ci_high - est.median, pad),
+    )
+
+
 def paired_ratios(ref: list[float], cand: list[float]) -> np.ndarray:
     r, c = np.asarray(ref, dtype=float), np.asarray(cand, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):

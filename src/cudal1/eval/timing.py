@@ -1,7 +1,8 @@
 """Paired, interleaved timing of a reference and a candidate, with a clock the candidate cannot touch.
 
-One sample = for each side, in random order: ``prepare`` (L2 flush and device sync, outside the
-clock), then K back-to-back calls timed twice: by the worker (CUDA events, or its own clock on
+One sample = for each side, in random order: ``prepare`` (one untimed call and a device sync,
+outside the clock), then an L2 flush and a short GPU spin queued ahead of the begin event, then K
+back-to-back calls timed twice: by the worker (CUDA events, or its own clock on
 CPU) and by the evaluator's clock around the request, minus the measured round trip. The worker
 replies only after a device-wide synchronize and sends a digest of its last output with the
 reply, so work finished late or left on a side stream lands inside the trusted wall time, and
@@ -109,8 +110,12 @@ def measure_paired(
         if reason:
             out.stop_reason = reason
             break
-    out.estimate = _estimate(out.ref_ms, out.cand_ms, cfg)
-    out.wall_estimate = _estimate(out.ref_wall_ms, out.cand_wall_ms, cfg)
+    # The stop rule above judges the sampling error alone; the reported interval adds the
+    # between-process reproducibility floor.
+    out.estimate = stats.with_floor(_estimate(out.ref_ms, out.cand_ms, cfg), cfg.reproducibility_floor)
+    out.wall_estimate = stats.with_floor(
+        _estimate(out.ref_wall_ms, out.cand_wall_ms, cfg), cfg.reproducibility_floor
+    )
     if not out.failures:
         _final_check(out, cand, k, n_sets, check, rng, sample)
     return out
