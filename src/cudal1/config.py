@@ -42,16 +42,31 @@ class TimingConfig(_Strict):
 
     warmup_calls: int = Field(3, ge=1, description="warm-up by count, per worker")
     warmup_ms: float = Field(25.0, ge=0, description="warm-up by time, per worker")
-    tiny_call_ms: float = Field(0.1, gt=0, description="calls shorter than this are batched K per sample")
+    tiny_call_ms: float = Field(
+        0.5, gt=0, description="calls shorter than this are batched K per sample (one call alone is at the mercy of host jitter)"
+    )
     sample_target_ms: float = Field(1.0, gt=0, description="K is chosen so that K calls take about this long")
     max_calls_per_sample: int = Field(2000, ge=1)
-    min_samples: int = Field(10, ge=3, description="paired samples before the stop rule is consulted")
+    min_samples: int = Field(
+        30, ge=3, description="paired samples before the stop rule is consulted (fewer give overconfident intervals)"
+    )
     max_samples: int = Field(1000, ge=3)
     target_rel_ci: float = Field(
         0.005, gt=0, description="stop once the 95% interval's half-width is below this fraction"
     )
     budget_s: float = Field(10.0, gt=0, description="wall-clock budget for the timing stage")
+    reproducibility_floor: float = Field(
+        0.006,
+        ge=0,
+        description=(
+            "relative 95% half-width added in quadrature to the bootstrap interval: the scatter of "
+            "repeated A-vs-A evaluations in fresh worker processes (sd 0.32% over 45 runs on the H200)"
+        ),
+    )
     flush_l2_bytes: int = Field(256 * 2**20, ge=0, description="bytes written before each sample (GPU only)")
+    lead_us: float = Field(
+        100.0, ge=0, description="GPU spin queued before each sample's begin event, so launch latency is off the clock"
+    )
     bootstrap_resamples: int = Field(2000, ge=100)
     check_output_fraction: float = Field(
         0.05, ge=0, le=1, description="chance that a timed sample's output is fetched and compared"
@@ -89,6 +104,34 @@ class SandboxConfig(_Strict):
     )
 
 
+class GuardConfig(_Strict):
+    """Behavioural guards run with the correctness stage (shared/research/reward-hacks.md):
+    each costs at most one extra input set, and each one's finding is named in ``integrity``."""
+
+    poison: bool = Field(
+        True, description="fill free memory with NaN bytes before each checked candidate call"
+    )
+    perturbed_elements: int = Field(
+        4, ge=0, description="a sparse-perturbation set changes 1..this many input elements (0: off)"
+    )
+    alternative_shapes: Literal["off", "warn", "reject"] = Field(
+        "warn",
+        description="one input set with the task's batch-size constant changed; a candidate that "
+        "fails it is shape_specialised (warn: fixed-size tasks may be specialised legitimately)",
+    )
+    init_inputs: bool = Field(
+        True, description="one set with the float init inputs scaled, both models rebuilt with them"
+    )
+    precision_policy: Literal["task", "allow_tf32", "allow_half"] = Field(
+        "task",
+        description="lowest effective precision accepted: the task's dtype; 10-bit mantissas "
+        "(TF32, fp16); or bf16",
+    )
+    reference_drift: float = Field(
+        0.15, gt=0, description="warn when the reference's live median is this far from its baseline"
+    )
+
+
 class EvalConfig(_Strict):
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
     correctness_trials: int = Field(5, ge=1, description="fresh input sets checked before timing")
@@ -101,6 +144,7 @@ class EvalConfig(_Strict):
     )
     seed: int | None = Field(None, description="input seed; None draws a secret one per evaluation")
     time: bool = Field(True, description="run the timing stage")
+    guards: GuardConfig = GuardConfig()
 
 
 class PoolConfig(_Strict):

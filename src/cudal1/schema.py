@@ -121,6 +121,10 @@ class Correctness:
     tolerance_scale: float
     against: str  # "float64" or the reference dtype when float64 was not affordable
     message: str = ""
+    # The precision the candidate's errors look like (integrity.effective_precision): its worst
+    # error against float64 as a multiple of what the task's dtype explains; "" when unmeasured.
+    effective_precision: str = ""
+    precision_ratio: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -26,6 +26,10 @@ class Comparison:
     scale: float  # allowed tolerance units
     against: str
     message: str = ""
+    # Worst leaf's error against float64 over the error the output dtype explains (see
+    # ``_precision_ratio``); None without a float64 reference or a floating output.
+    precision_ratio: float | None = None
+    dtype: str = ""
 
 
 def tolerance_for(dtype: torch.dtype, tol: ToleranceConfig) -> float:
@@ -49,6 +53,8 @@ def compare_outputs(
     if len(cvals) != len(rvals):
         return _fail(f"returned {len(cvals)} outputs, the reference returns {len(rvals)}", against)
     worst_abs, worst_rel, scale = 0.0, 0.0, 1.0
+    ratio: float | None = None
+    dtype = ""
     for i, (c, r) in enumerate(zip(cvals, rvals, strict=True)):
         where = f"output {i}" if len(rvals) > 1 else "output"
         r64 = r64vals[i] if r64vals is not None and i < len(r64vals) else None
@@ -59,17 +65,19 @@ def compare_outputs(
             r, c = torch.tensor(r), torch.tensor(c)
         err = _leaf_error(c, r, r64 if isinstance(r64, torch.Tensor) else None, tol, where)
         if isinstance(err, str):
-            return _fail(err, against, worst_abs, worst_rel)
-        leaf_abs, leaf_rel, leaf_scale = err
+            return _fail(err + _poison_note(c), against, worst_abs, worst_rel)
+        leaf_abs, leaf_rel, leaf_scale, leaf_ratio = err
         worst_abs, worst_rel = max(worst_abs, leaf_abs), max(worst_rel, leaf_rel / leaf_scale)
         scale = max(scale, leaf_scale)
+        if leaf_ratio is not None and (ratio is None or leaf_ratio > ratio):
+            ratio, dtype = leaf_ratio, str(r.dtype).removeprefix("torch.")
         if leaf_rel > leaf_scale:
             msg = (
                 f"{where} differs: max abs error {leaf_abs:.3g}, "
                 f"{leaf_rel:.3g}x the tolerance (allowed {leaf_scale:.3g}x)"
-            )
-            return Comparison(False, worst_abs, leaf_rel, leaf_scale, against, msg)
-    return Comparison(True, worst_abs, worst_rel, scale, against)
+            ) + _poison_note(c)
+            return Comparison(False, worst_abs, leaf_rel, leaf_scale, against, msg, ratio, dtype)
+    return Comparison(True, worst_abs, worst_rel, scale, against, "", ratio, dtype)
 
 
 def _check_leaf_type(c: Any, r: Any, ctype: str, cdevice: str, device_type: str, where: str) -> str | None:
@@ -94,12 +102,12 @@ def _check_leaf_type(c: Any, r: Any, ctype: str, cdevice: str, device_type: str,
 
 def _leaf_error(
     c: torch.Tensor, r: torch.Tensor, r64: torch.Tensor | None, tol: ToleranceConfig, where: str
-) -> tuple[float, float, float] | str:
+) -> tuple[float, float, float, float | None] | str:
     if not (r.is_floating_point() or r.is_complex()):
         if not torch.equal(c, r):
             return f"{where} differs from the reference in {int((c != r).sum())} elements"
-        return 0.0, 0.0, 1.0
-    c64, r_64 = c.to(torch.float64), r.to(torch.float64)
+        return 0.0, 0.0, 1.0, None
+    c64, r_64 = c.to(torch.float64, copy=True), r.to(torch.float64)  # c stays intact for _poison_note
     if not bool(torch.isfinite(c64).all()) or not bool(torch.isfinite(r_64).all()):
         bad = _nonfinite_mismatch(c64, r_64)
         if bad:
@@ -108,19 +116,54 @@ def _leaf_error(
         c64, r_64 = c64[finite], r_64[finite]
         r64 = r64.to(torch.float64)[finite] if r64 is not None and r64.shape == r.shape else None
         if c64.numel() == 0:
-            return 0.0, 0.0, 1.0
+            return 0.0, 0.0, 1.0, None
     target = r64.to(torch.float64) if r64 is not None and r64.shape == r_64.shape else r_64
     t = tolerance_for(r.dtype, tol)
     # In place where possible: outputs can be hundreds of MB.
+    peak = float(target.abs().max()) if target.numel() else 0.0
     denom = target.abs().mul_(t).add_(t)
     err = c64.sub_(target).abs_()
     abs_err = float(err.max()) if err.numel() else 0.0
     rel = float(err.div_(denom).max()) if err.numel() else 0.0
-    scale = 1.0
+    scale, ratio = 1.0, None
     if target is not r_64:
-        ref_own = float(r_64.sub(target).abs_().div_(denom).max())
-        scale = max(1.0, tol.reference_error_factor * ref_own)
-    return abs_err, rel, scale
+        ref_err = r_64.sub(target).abs_()
+        ratio = _precision_ratio(abs_err, float(ref_err.max()), peak, r.dtype)
+        scale = max(1.0, tol.reference_error_factor * float(ref_err.div_(denom).max()))
+    return abs_err, rel, scale, ratio
+
+
+# Unit roundoff 2^-p of each output dtype (p: significand bits, the implicit one included).
+UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
+
+
+def _precision_ratio(cand_err: float, ref_err: float, peak: float, dtype: torch.dtype) -> float | None:
+    """The candidate's max error against float64 over the most the task's dtype explains: the
+    reference's own error in that dtype (which carries the computation's error growth), and never
+    less than one unit roundoff of the output's peak. Both errors are normwise (max over the same
+    output), so cancellation and scale divide out. About 1 for a candidate computing in the task's
+    dtype, about u(half)/u(fp32) = 8192 for one that computes an fp32 task in fp16 or TF32."""
+    u = UNIT_ROUNDOFF.get(dtype)
+    if u is None or peak == 0 or not math.isfinite(peak):
+        return None
+    return cand_err / max(ref_err, u * peak)
+
+
+def _poison_note(c: Any) -> str:
+    """Names outputs that hold the evaluator's poison (all-ones bytes, a NaN in every float dtype,
+    written into free memory before the call): memory the candidate never wrote."""
+    if not isinstance(c, torch.Tensor) or not c.is_floating_point() or c.numel() == 0:
+        return ""
+    ints = {8: torch.int64, 4: torch.int32, 2: torch.int16}.get(c.element_size())
+    if ints is None:
+        return ""
+    n = int((c.contiguous().view(ints) == -1).sum())
+    if not n:
+        return ""
+    return (
+        f"; {n} of {c.numel()} values hold the poison bytes written into free memory before the call "
+        "(output memory the candidate never wrote, e.g. torch.empty or a partial write)"
+    )
 
 
 def _nonfinite_mismatch(c: torch.Tensor, r: torch.Tensor) -> str | None:

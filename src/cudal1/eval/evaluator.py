@@ -24,9 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from cudal1.config import EvalConfig
-from cudal1.eval import stats
+from cudal1.eval import probes, stats
+from cudal1.eval.baselines import reference_drift
 from cudal1.eval.compare import Comparison
-from cudal1.eval.integrity import observation_findings, timing_verdict
+from cudal1.eval.integrity import (
+    effective_precision,
+    load_findings,
+    observation_findings,
+    precision_finding,
+    reference_may_use_tf32,
+    side_stream_findings,
+    timing_verdict,
+)
 from cudal1.eval.roofline import DevicePeaks, Precision, Work, physical_gate, sol_ms
 from cudal1.eval.sandbox import RemoteError, WorkerError, WorkerProcess
 from cudal1.eval.timing import measure_paired
@@ -48,9 +57,10 @@ log = logging.getLogger(__name__)
 
 
 class StageFailed(Exception):
-    def __init__(self, stage: Stage, message: str) -> None:
+    def __init__(self, stage: Stage, message: str, reference: bool = False) -> None:
         super().__init__(message)
         self.stage = stage
+        self.reference = reference  # the reference (the task), not the candidate, failed
 
 
 def resolve_device(device: str) -> str:
@@ -129,6 +139,9 @@ class Evaluation:
     sol: SpeedOfLight | None = None
     cand: WorkerProcess | None = None
     _input_digests: dict[str, list[Any]] = field(default_factory=dict)
+    _out_bytes: dict[str, list[int]] = field(default_factory=dict)
+    _ref_digests: dict[str, list[Any]] = field(default_factory=dict)
+    _cand_digests: dict[str, list[Any]] = field(default_factory=dict)
     failed: bool = False
 
     @contextmanager
@@ -182,9 +195,10 @@ class Evaluation:
         self.cand = cand
         with self.stage(Stage.COMPILE):
             cand.request("load_task", source=self.task.source, name=self.task.name, path=self.task.path)
-            cand.request(
+            loaded = cand.request(
                 "load_candidate", timeout=self.config.sandbox.import_timeout_s, source=self.source, env=env
             )
+            self.findings.extend(load_findings(loaded))
 
     def run_on_device(self, ref: ReferenceWorker) -> None:
         assert self.cand is not None
@@ -202,23 +216,41 @@ class Evaluation:
                 device=self.device,
                 float64=f64,
             )
-            self.cand.request(
+            built = self.cand.request(
                 "build", cls="ModelNew", args=init_args, seed=seeds.init, device=self.device, float64=False
             )
+            self.findings.extend(side_stream_findings(list(built.get("side_streams") or [])))
         if self.failed:
             return
         with self.stage(Stage.CORRECTNESS):
             self._check_correctness(ref, seeds)
-        if self.failed or not self.config.time:
+        if self.failed:
             return
-        with self.stage(Stage.TIMING):
-            self._time(ref, seeds)
+        if self.config.time:
+            with self.stage(Stage.TIMING):
+                self._time(ref, seeds)
+            if self.failed:
+                return
+        # After timing: a probe that kills the candidate's process (a size-specialised kernel
+        # reading out of bounds) then costs a finding, not the measurement.
+        probes.run_late_probes(self, ref, seeds.next(), init_args, seeds.init)
 
-    def _make_inputs(self, ref: ReferenceWorker, seed: int, key: str) -> None:
+    def _make_inputs(
+        self,
+        ref: ReferenceWorker,
+        seed: int,
+        key: str,
+        sizes: dict[str, int] | None = None,
+        slot: str = "main",
+    ) -> None:
         """Both workers make the same inputs from a seed drawn here; the reference keeps its outputs."""
         assert self.cand is not None
-        want = _ref(ref.process, "make_inputs", seed=seed, key=key)["digest"]
-        got = self.cand.request("make_inputs", seed=seed, key=key)["digest"]
+        want = _ref(ref.process, "make_inputs", seed=seed, key=key, sizes=sizes)["digest"]
+        got = self.cand.request("make_inputs", seed=seed, key=key, sizes=sizes)["digest"]
+        self._check_inputs(want, got, key)
+        self._run_reference(ref, key, slot)
+
+    def _check_inputs(self, want: list[Any], got: list[Any], key: str) -> None:
         if list(got) != list(want):
             self.findings.append(
                 Finding(
@@ -233,9 +265,25 @@ class Evaluation:
                 Stage.CORRECTNESS, "inputs made in the candidate's process differ from the reference's"
             )
         self._input_digests[key] = list(want)
-        r = _ref(ref.process, "run", key=key, float64=self.config.tolerance.float64_reference, keep=True)
+
+    def _run_reference(self, ref: ReferenceWorker, key: str, slot: str = "main") -> None:
+        f64 = self.config.tolerance.float64_reference
+        r = _ref(ref.process, "run", key=key, float64=f64, keep=True, slot=slot)
         if r.get("float64_error"):
             self.environment["float64_error"] = r["float64_error"]
+        self._out_bytes[key] = list(r.get("out_bytes") or [])
+        self._ref_digests[key] = list(r.get("digest") or [])
+
+    def _run_candidate(self, ref: ReferenceWorker, key: str, slot: str = "main", fresh: bool = True) -> Comparison:
+        """One checked candidate call on fresh copies of set ``key`` (or on the stored tensors
+        themselves), free memory poisoned first."""
+        assert self.cand is not None
+        poison = self._out_bytes.get(key) if self.config.guards.poison else None
+        raw = self.cand.request_raw("run", key=key, slot=slot, poison=poison, fresh=fresh)
+        self._integrity(header(raw), key)
+        cmp, digests = self._compare(ref, key, raw)
+        self._cand_digests[key] = digests
+        return cmp
 
     def _integrity(self, reply: dict[str, Any], key: str) -> None:
         """Findings from what the candidate's call left behind (see worker._observe)."""
@@ -257,24 +305,33 @@ class Evaluation:
     def _check_correctness(self, ref: ReferenceWorker, seeds: _Seeds) -> None:
         assert self.cand is not None
         worst_abs, worst_rel, scale, against = 0.0, 0.0, 1.0, "reference"
+        tf32 = reference_may_use_tf32(self.task.source, _device_type(self.device))
+        precision = _Precision(self.config.guards.precision_policy, tf32)
         n = self.config.correctness_trials
         for trial in range(n):
             key = f"check{trial}"
             self._make_inputs(ref, seeds.next(), key)
-            raw = self.cand.request_raw("run", key=key)
-            self._integrity(header(raw), key)
-            cmp, _ = self._compare(ref, key, raw)
-            for proc in (ref.process, self.cand):
-                proc.request("forget", keys=[key])
+            cmp = self._run_candidate(ref, key)
+            if trial < n - 1:  # the last set stays for the sparse perturbation
+                self._forget(ref, [key])
             against = cmp.against
+            precision.add(cmp)
             if not cmp.ok:
-                self.correctness = Correctness(
-                    n, trial, cmp.max_abs_err, cmp.max_rel_err, cmp.scale, against, cmp.message
-                )
+                record = (cmp.max_abs_err, cmp.max_rel_err, cmp.scale, against, cmp.message)
+                self.correctness = Correctness(n, trial, *record, *precision.record())
+                self.findings.extend(precision.findings())
                 raise StageFailed(Stage.CORRECTNESS, f"input set {trial + 1}/{n}: {cmp.message}")
             worst_abs, worst_rel = max(worst_abs, cmp.max_abs_err), max(worst_rel, cmp.max_rel_err)
             scale = max(scale, cmp.scale)
-        self.correctness = Correctness(n, n, worst_abs, worst_rel, scale, against)
+        self.correctness = Correctness(n, n, worst_abs, worst_rel, scale, against, "", *precision.record())
+        self.findings.extend(precision.findings())
+        probes.sparse_perturbation(self, ref, f"check{n - 1}", seeds.next())
+        self._forget(ref, [f"check{n - 1}"])
+
+    def _forget(self, ref: ReferenceWorker, keys: list[str], slots: list[str] | None = None) -> None:
+        assert self.cand is not None
+        for proc in (ref.process, self.cand):
+            proc.request("forget", keys=keys, slots=slots or [])
 
     def _time(self, ref: ReferenceWorker, seeds: _Seeds) -> None:
         assert self.cand is not None
@@ -282,8 +339,9 @@ class Evaluation:
         keys = [f"time{i}" for i in range(self.config.timing_input_sets)]
         for key in keys:
             self._make_inputs(ref, seeds.next(), key)
-        _ref(ref.process, "set_timing_inputs", keys=keys, flush_bytes=cfg.flush_l2_bytes)
-        self.cand.request("set_timing_inputs", keys=keys, flush_bytes=cfg.flush_l2_bytes)
+        timing_args: dict[str, Any] = {"keys": keys, "flush_bytes": cfg.flush_l2_bytes, "lead_us": cfg.lead_us}
+        _ref(ref.process, "set_timing_inputs", **timing_args)
+        self.cand.request("set_timing_inputs", **timing_args)
         cand = self.cand
 
         def check(sample: int, set_index: int, digests: list[Any]) -> str | None:
@@ -304,6 +362,16 @@ class Evaluation:
         )
         self.timing, findings = timing_verdict(outcome, self.device, cfg.clock_disagreement)
         self.findings.extend(findings)
+        drift = reference_drift(
+            self._cache_root() / "baselines",
+            self.timing,
+            self.task.hash,
+            str(ref.device_info.get("name")),
+            str(ref.info.get("torch")),
+            self.config.guards.reference_drift,
+        )
+        if drift is not None:
+            self.findings.append(drift)
         if outcome.failures:
             raise StageFailed(Stage.TIMING, outcome.failures[0])
         self._speed_of_light(ref, keys[0])
@@ -311,7 +379,7 @@ class Evaluation:
     def _speed_of_light(self, ref: ReferenceWorker, key: str) -> None:
         """Speed-of-light percent for both sides, and the physical-limit gate on a GPU."""
         assert self.timing is not None
-        cache = (self.config.build_cache or default_build_cache()).parent / "peaks"
+        cache = self._cache_root() / "peaks"
         try:
             w = _ref(ref.process, "work", key=key)
             work = Work(**w["work"])
@@ -338,6 +406,9 @@ class Evaluation:
             gate = physical_gate(self.timing.cand_median_ms, work, peaks, l2)
             if gate is not None:
                 self.findings.append(gate)
+
+    def _cache_root(self) -> Path:
+        return (self.config.build_cache or default_build_cache()).parent
 
     def result(self) -> EvalResult:
         return EvalResult(
@@ -388,6 +459,27 @@ class WorkerEndpoint:
         return ms, list(r["digest"])
 
 
+class _Precision:
+    """The worst precision ratio over the checked sets, and the level and finding it implies."""
+
+    def __init__(self, policy: str, tf32_default: bool) -> None:
+        self.policy, self.tf32_default = policy, tf32_default
+        self.ratio: float | None = None
+        self.dtype = ""
+
+    def add(self, cmp: Comparison) -> None:
+        if cmp.precision_ratio is not None and (self.ratio is None or cmp.precision_ratio > self.ratio):
+            self.ratio, self.dtype = cmp.precision_ratio, cmp.dtype
+
+    def record(self) -> tuple[str, float | None]:
+        level = effective_precision(self.ratio, self.dtype)
+        return (level[0] if level else "", self.ratio)
+
+    def findings(self) -> list[Finding]:
+        found = precision_finding(self.ratio, self.dtype, self.policy, self.tf32_default)
+        return [found] if found else []
+
+
 class _Seeds:
     """Secret per-evaluation seeds (or reproducible ones from ``EvalConfig.seed``)."""
 
@@ -405,7 +497,8 @@ def _ref(process: WorkerProcess, cmd: str, **args: Any) -> dict[str, Any]:
     try:
         return process.request(cmd, **args)
     except RemoteError as exc:
-        raise StageFailed(_REF_STAGE.get(cmd, Stage.LOAD), f"reference failed in {cmd}: {exc}") from None
+        stage = _REF_STAGE.get(cmd, Stage.LOAD)
+        raise StageFailed(stage, f"reference failed in {cmd}: {exc}", reference=True) from None
 
 
 _REF_STAGE = {

@@ -75,7 +75,11 @@ CREATE TABLE IF NOT EXISTS hack_cases (
 )
 """
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_HEADER = re.compile(r"^\s*(hack|category|verdict)\s*:\s*(.*?)\s*$", re.IGNORECASE)
+# Fixture files (tests/eval/adversarial/) add lines for their test runner; they are header, not
+# explanation, and are skipped here.
+_HEADER = re.compile(
+    r"^\s*(hack|category|verdict|task|expect|device|status)\s*:\s*(.*?)\s*$", re.IGNORECASE
+)
 
 
 def identifier_tokens(code: str) -> list[str]:
@@ -144,8 +148,9 @@ class HackCaseDB:
         """Add every ``*.py`` fixture under ``path`` whose docstring header parses; return the count.
 
         Header: the module docstring starts with ``Hack: <name>``, ``Category: <category>`` and
-        ``Verdict: hack|legit`` lines (any order, any case), then free text, the explanation. The
-        case id is the hack name; the stored code is the file without its docstring.
+        ``Verdict: hack|legit`` lines (any order, any case; the runner's ``Task:``, ``Expect:``,
+        ``Device:`` and ``Status:`` lines may sit among them), then free text, the explanation.
+        The case id is the hack name; the stored code is the file without its docstring.
         """
         added = 0
         for file in sorted(Path(path).rglob("*.py")):

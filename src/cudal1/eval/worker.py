@@ -21,6 +21,8 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,8 @@ class Worker:
         self.timing_sets: list[list[Any]] = []
         self.last_output: Any = None
         self.flush_buffer: torch.Tensor | None = None
+        self.lead_cycles = 0
+        self.slots: dict[str, tuple[Any, Any]] = {}  # probe models (model, model64) beside the main one
 
     # -- commands -------------------------------------------------------------------------
     def cmd_hello(self) -> dict[str, Any]:
@@ -81,24 +85,30 @@ class Worker:
         # Per-candidate settings (its build-cache directory) arrive here because spare workers
         # are started before anyone knows which candidate they will get.
         os.environ.update(env or {})
+        rng = _rng_digest()
         self.candidate = _import_source(source, "cudal1_candidate", Path("candidate.py"))
         if not isinstance(getattr(self.candidate, "ModelNew", None), type):
             raise RuntimeError("candidate defines no class ModelNew")
-        return {}
+        return {"rng_changed": _rng_digest() != rng}
 
     def cmd_init_inputs(self, seed: int) -> dict[str, Any]:
         torch.manual_seed(seed)
         return {"args": list(self.module.get_init_inputs())}
 
-    def cmd_make_inputs(self, seed: int, key: str) -> dict[str, Any]:
+    def cmd_make_inputs(self, seed: int, key: str, sizes: dict[str, int] | None = None) -> dict[str, Any]:
         """Inputs from the task's own get_inputs under ``seed``, kept on the device under ``key``.
-        Both workers make them, so that large inputs never travel between processes."""
+        Both workers make them, so that large inputs never travel between processes. ``sizes``
+        rebinds the task's module-level size constants for this one call (alternative shapes)."""
         torch.manual_seed(seed)
-        inputs = [_to_device(x, self.device) for x in self.module.get_inputs()]
+        with _module_constants(self.module, sizes or {}):
+            inputs = [_to_device(x, self.device) for x in self.module.get_inputs()]
         self.inputs[key] = inputs
         return {"digest": [digest(x) if isinstance(x, torch.Tensor) else None for x in inputs]}
 
-    def cmd_build(self, cls: str, args: list[Any], seed: int, device: str, float64: bool) -> dict[str, Any]:
+    def cmd_build(
+        self, cls: str, args: list[Any], seed: int, device: str, float64: bool, slot: str = "main"
+    ) -> dict[str, Any]:
+        """Build the model (``slot`` "main"), or a probe's second model beside it (another slot)."""
         self.device = torch.device(device)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
@@ -106,35 +116,80 @@ class Worker:
             torch.set_num_threads(1)  # CPU timing: one core per side, so the pair does not contend
         torch.manual_seed(seed)
         model = getattr(self.module if cls == "Model" else self.candidate, cls)(*args)
-        self.model = model.to(self.device) if isinstance(model, torch.nn.Module) else model
-        self.model64 = None
-        if float64 and isinstance(self.model, torch.nn.Module):
+        model = model.to(self.device) if isinstance(model, torch.nn.Module) else model
+        model64 = None
+        if float64 and isinstance(model, torch.nn.Module):
             try:
-                self.model64 = copy.deepcopy(self.model).double()
+                model64 = copy.deepcopy(model).double()
             except Exception:  # a model that cannot be copied or cast simply has no fp64 reference
-                self.model64 = None
-        return {}
+                model64 = None
+        if slot == "main":
+            self.model, self.model64 = model, model64
+        else:
+            self.slots[slot] = (model, model64)
+        return {"side_streams": _side_streams(self.candidate, model) if cls == "ModelNew" else []}
 
-    def cmd_run(self, key: str, float64: bool = False, keep: bool = False) -> dict[str, Any]:
+    def cmd_run(
+        self,
+        key: str,
+        float64: bool = False,
+        keep: bool = False,
+        slot: str = "main",
+        poison: list[int] | None = None,
+        fresh: bool = True,
+    ) -> dict[str, Any]:
         """Run on stored inputs. The reference keeps its outputs (``keep``) to compare against;
-        a candidate returns its outputs, which the evaluator forwards to the reference."""
+        a candidate returns its outputs, which the evaluator forwards to the reference. A
+        candidate's call gets its inputs at a new address (the stored ones stay alive, so
+        id()/data_ptr() caches miss) unless ``fresh`` is off (the in-place perturbation probe),
+        after free memory is ``poison``ed (see ``_poison``)."""
+        model, model64 = (self.model, self.model64) if slot == "main" else self.slots[slot]
         inputs = self.inputs[key]
-        threads = threading.active_count()
+        if not keep and fresh:
+            inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        if not keep and poison:
+            _poison(self.device, poison)
+        threads, rng = threading.active_count(), _rng_digest()
         with torch.no_grad():
-            out = self.model(*inputs)
+            out = model(*inputs)
             _sync(self.device)
         if not keep:
-            return {"outputs": _describe(out), "observations": self._observe(out, inputs, threads)}
+            observations = self._observe(out, inputs, threads, model)
+            observations["rng_changed"] = _rng_digest() != rng
+            return {"outputs": _describe(out), "observations": observations}
         out64, err64 = None, None
-        if float64 and self.model64 is not None:
+        if float64 and model64 is not None:
             try:
                 with torch.no_grad():
-                    out64 = self.model64(*[_to_float64(x) for x in inputs])
+                    out64 = model64(*[_to_float64(x) for x in inputs])
                     _sync(self.device)
             except Exception as exc:
                 err64 = f"{type(exc).__name__}: {exc}"
         self.expected[key] = (_describe(out), _describe(out64) if out64 is not None else None)
-        return {"float64_error": err64}
+        out_bytes = [x.nbytes if isinstance(x, torch.Tensor) else 0 for x in flatten_outputs(out)]
+        return {"float64_error": err64, "out_bytes": out_bytes, "digest": _digests(out)}
+
+    def cmd_perturb(self, key: str, new_key: str, seed: int, count: int, in_place: bool = False) -> dict[str, Any]:
+        """A copy of input set ``key`` with ``count`` elements of its first floating tensor moved
+        far (by 1 + 3 standard deviations), at positions drawn from ``seed``. Both workers make it;
+        the candidate's ``in_place``: same tensors, same addresses, new values, so a result cache
+        keyed on the address (primed by a call on ``key``) returns a stale output."""
+        inputs = [x if in_place or not isinstance(x, torch.Tensor) else x.clone() for x in self.inputs[key]]
+        target = next((x for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()), None)
+        if target is None or target.numel() == 0:
+            return {"digest": None, "positions": []}
+        gen = torch.Generator().manual_seed(seed)
+        positions = torch.randint(0, target.numel(), (count,), generator=gen)
+        flat = target.view(-1) if target.is_contiguous() else target.reshape(-1)
+        step = 1.0 + 3.0 * float(target.float().std()) if target.numel() > 1 else 1.0
+        flat[positions.to(target.device)] += step
+        if not target.is_contiguous():
+            target.copy_(flat.view(target.shape))
+        self.inputs[new_key] = inputs
+        return {
+            "digest": [digest(x) if isinstance(x, torch.Tensor) else None for x in inputs],
+            "positions": [int(p) for p in positions],
+        }
 
     def cmd_compare(
         self, key: str, reply: bytes, tolerance: dict[str, Any], device_type: str
@@ -151,7 +206,7 @@ class Worker:
         cmp = compare_outputs(cand, ref, ref64, ToleranceConfig(**tolerance), device_type)
         return {"comparison": dataclasses.asdict(cmp), "digests": digests}
 
-    def cmd_set_timing_inputs(self, keys: list[str], flush_bytes: int) -> dict[str, Any]:
+    def cmd_set_timing_inputs(self, keys: list[str], flush_bytes: int, lead_us: float = 0.0) -> dict[str, Any]:
         """Both sides enter timing with the same memory picture: the float64 model and the kept
         outputs leave the device, caches are emptied and the timed inputs re-made in a fresh
         block. Without this the long-lived reference worker timed differently from a fresh
@@ -169,7 +224,8 @@ class Worker:
         self.timing_sets = [self.inputs[k] for k in keys]
         if self.device.type == "cuda" and flush_bytes > 0:
             self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=self.device)
-        return {}
+        self.lead_cycles = _spin_cycles(self.device, lead_us) if lead_us > 0 else 0
+        return {"lead_cycles": self.lead_cycles}
 
     def cmd_warmup(self, min_calls: int, min_ms: float) -> dict[str, Any]:
         calls, start = 0, time.perf_counter()
@@ -184,19 +240,14 @@ class Worker:
         return {"calls": calls, "ms": (time.perf_counter() - start) * 1000}
 
     def cmd_prepare(self) -> dict[str, Any]:
-        if self.flush_buffer is not None:
+        if self.device.type == "cuda":
             # One untimed call first: it absorbs the GPU's switch from the other worker's context
             # and the clock ramp. On the H200, without it, whichever side ran second in a pair
             # was up to 35% slower, and the median of the paired ratios flipped between modes.
             # Synchronised, so that no work of a candidate's spills from here into the next sample.
             with torch.no_grad():
                 self.model(*self.timing_sets[0])
-            torch.cuda.synchronize()
-            # Then evict L2 so the sample starts cold. Not synchronised: the timed calls queue
-            # behind the flush, so the GPU does not idle; the begin event is recorded after it.
-            self.flush_buffer.zero_()
-        else:
-            _sync(self.device)
+        _sync(self.device)
         return {}
 
     def cmd_time(self, calls: int, start: int) -> dict[str, Any]:
@@ -206,6 +257,14 @@ class Worker:
         with torch.no_grad():
             if self.device.type == "cuda":
                 begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                # The L2 flush and a short spin are queued ahead of the begin event, so the GPU is
+                # busy when the clock starts and the first call's host-side launch latency (which
+                # differs between two processes running the same code) is not on the clock. The
+                # spin hides at most lead_us of host time per sample; the trusted wall clock sees all.
+                if self.flush_buffer is not None:
+                    self.flush_buffer.zero_()
+                if self.lead_cycles:
+                    torch.cuda._sleep(self.lead_cycles)
                 begin.record()
                 for j in range(calls):
                     out = self.model(*sets[(start + j) % n])
@@ -224,14 +283,14 @@ class Worker:
     def cmd_fetch_last(self) -> dict[str, Any]:
         return {"outputs": _describe(self.last_output)}
 
-    def _observe(self, out: Any, inputs: list[Any], threads_before: int) -> dict[str, Any]:
+    def _observe(self, out: Any, inputs: list[Any], threads_before: int, model: Any) -> dict[str, Any]:
         """What a candidate's call left behind, for the evaluator's integrity findings. A
         candidate can forge this, so it only ever adds findings; verdicts come from outputs."""
         return {
             "threads_before": threads_before,
             "threads_after": threading.active_count(),
             "inputs_digest": [digest(x) if isinstance(x, torch.Tensor) else None for x in inputs],
-            "aliases": _aliases(out, inputs, self.model),
+            "aliases": _aliases(out, inputs, model),
             "state_changes": _state_changes(self.state0, global_state()),
         }
 
@@ -251,10 +310,12 @@ class Worker:
 
         return {"peaks": dataclasses.asdict(load_or_measure_peaks(self.device, cache_dir))}
 
-    def cmd_forget(self, keys: list[str]) -> dict[str, Any]:
+    def cmd_forget(self, keys: list[str], slots: list[str] | None = None) -> dict[str, Any]:
         for key in keys:
             self.inputs.pop(key, None)
             self.expected.pop(key, None)
+        for slot in slots or []:
+            self.slots.pop(slot, None)
         return {}
 
     def cmd_ping(self) -> dict[str, Any]:
@@ -283,6 +344,7 @@ def global_state() -> dict[str, Any]:
 
     cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
     state: dict[str, Any] = {
+        "cuda.current_stream": _current_stream(),  # integrity.CURRENT_STREAM
         "cudnn.enabled": cudnn.enabled,
         "cudnn.benchmark": cudnn.benchmark,
         "cudnn.deterministic": cudnn.deterministic,
@@ -303,7 +365,101 @@ def global_state() -> dict[str, Any]:
         "torch.nn.Module.__call__": torch.nn.Module.__call__,
     }
     state.update({f"id:{k}": id(v) for k, v in patched.items()})
+    # Every public function of torch, torch.nn.functional and torch.Tensor, against its identity
+    # when this worker started: only the replaced ones are listed, so the snapshot stays small.
+    for label, owner, name, original in _watched():
+        if id(getattr(owner, name, None)) != original:
+            state[f"id:{label}"] = id(getattr(owner, name, None))
     return state
+
+
+_WATCHED: list[tuple[str, Any, str, int]] = []
+
+
+def _watched() -> list[tuple[str, Any, str, int]]:
+    """(label, owner, name, id at first use): taken when the worker starts, before any candidate."""
+    if not _WATCHED:
+        import torch.nn.functional as F
+
+        for prefix, owner in (("torch", torch), ("torch.nn.functional", F), ("torch.Tensor", torch.Tensor)):
+            for name in dir(owner):
+                value = getattr(owner, name, None)
+                if not name.startswith("_") and callable(value) and not isinstance(value, type):
+                    _WATCHED.append((f"{prefix}.{name}", owner, name, id(value)))
+    return _WATCHED
+
+
+def _current_stream() -> str:
+    """The current CUDA stream: "default" while it is the device's default stream (always so
+    before CUDA is initialised), else its handle."""
+    if not torch.cuda.is_initialized():
+        return "default"
+    current = torch.cuda.current_stream()
+    return "default" if current == torch.cuda.default_stream() else f"stream {current.cuda_stream:#x}"
+
+
+def _rng_digest() -> list[str]:
+    """Hashes of the CPU generator's state and, once CUDA is initialised, every CUDA generator's
+    (reading them before initialisation would initialise CUDA). Not ``wire.digest``: one draw
+    moves two counters of the state by amounts whose sum is unchanged."""
+    import hashlib
+
+    states = [torch.get_rng_state()]
+    if torch.cuda.is_initialized():
+        states += list(torch.cuda.get_rng_state_all())
+    return [hashlib.sha256(s.numpy().tobytes()).hexdigest()[:16] for s in states]
+
+
+def _side_streams(candidate: Any, model: Any) -> list[str]:
+    """Names of CUDA streams the candidate's module or its model's submodules hold as attributes."""
+    found = []
+    owners = [("module", vars(candidate))] if candidate is not None else []
+    if isinstance(model, torch.nn.Module):
+        owners += [(name or "model", vars(m)) for name, m in model.named_modules()]
+    for owner, attrs in owners:
+        for attr, value in list(attrs.items()):
+            values = value if isinstance(value, list | tuple) else [value]
+            if any(isinstance(v, torch.cuda.Stream) for v in values):
+                found.append(f"{owner}.{attr}")
+    return found
+
+
+def _poison(device: torch.device, sizes: list[int], copies: int = 3, limit: int = 2**30) -> None:
+    """Fill the memory the allocator hands out next with all-ones bytes (NaN in every float dtype,
+    -1 in every integer one), so an output the candidate never wrote (``torch.empty``, a partial
+    write) fails the comparison instead of showing whatever a freed block held. Blocks sized like
+    the reference's outputs are filled and freed: CUDA's caching allocator gives such a block to the
+    next request of that size (after ``empty_cache``, only poisoned blocks are cached); glibc gives
+    the last freed chunk, and a second round lands on the heap once the first raised its mmap
+    threshold. Best effort: CPU blocks over glibc's largest mmap threshold (32 MiB) come fresh
+    from the kernel, zero-filled, and nothing stops a candidate allocating elsewhere."""
+    sizes = [n for n in sizes if n > 0][:16]
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        rounds, copies = 1, 2
+    else:
+        rounds = 2
+    if sum(sizes) * copies > limit:
+        return
+    for _ in range(rounds):
+        blocks = [
+            torch.full((n,), 255, dtype=torch.uint8, device=device) for n in sizes for _ in range(copies)
+        ]
+        del blocks
+
+
+@contextmanager
+def _module_constants(module: Any, values: dict[str, int]) -> Iterator[None]:
+    """Rebind a task module's top-level constants for the duration of one call."""
+    saved = {name: getattr(module, name) for name in values}
+    try:
+        for name, value in values.items():
+            setattr(module, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(module, name, value)
 
 
 def _state_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
@@ -348,6 +504,21 @@ def _release(device: torch.device) -> None:
 
 def _to_float64(x: Any) -> Any:
     return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+
+def _spin_cycles(device: torch.device, lead_us: float) -> int:
+    """GPU clock cycles that ``torch.cuda._sleep`` spins for about ``lead_us`` microseconds here."""
+    if device.type != "cuda":
+        return 0
+    probe = 1_000_000
+    torch.cuda._sleep(probe)  # warm the spin kernel and the clock
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    torch.cuda._sleep(probe)
+    end.record()
+    torch.cuda.synchronize()
+    per_us = probe / max(begin.elapsed_time(end) * 1000, 1e-3)
+    return max(1, int(per_us * lead_us))
 
 
 def _sync(device: torch.device) -> None:
@@ -399,3 +570,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+

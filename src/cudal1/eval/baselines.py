@@ -1,0 +1,65 @@
+"""Clean reference baselines for the drift guard (shared/research/reward-hacks.md, "slow-reference").
+
+The reference is timed live in its own worker, which never loads candidate code, so a candidate
+cannot slow it from inside. What is left is the machine: throttling, a noisy neighbour, a changed
+driver, or sabotage this design has not foreseen. The first timed evaluation of a task on a
+device stores the reference's median per call; later ones compare their live median with it
+(``integrity.drift_finding``). A baseline is keyed by task hash, device name, torch version and
+calls per sample (K changes what a per-call time includes), and is never overwritten: delete the
+file to re-baseline after a deliberate change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from cudal1.eval.integrity import drift_finding
+from cudal1.schema import Finding, Timing
+
+log = logging.getLogger(__name__)
+
+
+def baseline_path(root: Path, task_hash: str, device_name: str, torch_version: str, calls: int) -> Path:
+    key = hashlib.sha256(f"{task_hash}|{device_name}|{torch_version}|{calls}".encode()).hexdigest()[:24]
+    return root / f"{key}.json"
+
+
+def reference_drift(
+    root: Path, timing: Timing, task_hash: str, device_name: str, torch_version: str, threshold: float
+) -> Finding | None:
+    """The drift finding for this run's reference time, storing it as the baseline when none exists."""
+    path = baseline_path(root, task_hash, device_name, torch_version, timing.calls_per_sample)
+    live = timing.ref_median_ms
+    key = {
+        "baseline": str(path),
+        "device_name": device_name,
+        "torch": torch_version,
+        "calls_per_sample": timing.calls_per_sample,
+    }
+    try:
+        stored = json.loads(path.read_text())
+    except FileNotFoundError:
+        _store(path, {"ref_median_ms": live, "samples": len(timing.ref_ms), "created": time.time(), **key})
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("reference baseline %s unreadable: %s", path, exc)
+        return None
+    return drift_finding(live, float(stored.get("ref_median_ms", 0.0)), threshold, key)
+
+
+def _store(path: Path, record: dict[str, object]) -> None:
+    """Atomically, so two pools timing the same task never leave half a file."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f)
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.warning("could not store reference baseline %s: %s", path, exc)

@@ -1,0 +1,230 @@
+"""Behavioural probes: one extra input set each, beyond the regular correctness sets.
+
+- Sparse perturbation (``ignores_input_change``, REJECT; in the correctness stage): the last
+  checked set again, with 1..k elements of its first floating input moved far, at positions drawn
+  from the secret seed, on fresh storage. A result cache keyed by a content fingerprint (a few
+  probed elements) or by address survives fresh allocations; it does not survive this, because
+  the reference's output moves and the cached one does not (reward-hacks.md, "five hardest", 2).
+- Alternative shapes (``shape_specialised``, WARNING by default, ``guards.alternative_shapes``):
+  one set with the task's module-level batch-size constant changed. KernelBench-style tasks fix
+  their sizes, so a kernel specialised to them is legitimate there; it is flagged for audit,
+  and rejected where the configuration says the task's sizes are not fixed.
+- Perturbed init inputs (``init_inputs_ignored``, REJECT): both models rebuilt beside the timed
+  ones with every nonzero float init input scaled by 1.5 (value hyperparameters: scales, slopes;
+  integers are structural, kernel and hidden sizes, which a kernel may specialise on). ModelNew
+  must take the same constructor as Model; one that bakes the task's value in computes another
+  function as soon as the value changes.
+
+What these do not cover: a fingerprint that happens to include a perturbed position (the
+positions are secret and few, so the chance is small, not zero); constants other than batch
+size; hyperparameters passed as integers or nested values.
+
+The last two run after timing, so a candidate that crashes its worker on unexpected sizes (an
+out-of-bounds kernel) costs it the finding, not its measurement. A probe whose reference side
+fails (the task cannot take the change) is skipped and says so in ``environment["probes"]``.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+from typing import TYPE_CHECKING, Any
+
+from cudal1.eval.integrity import probe_finding
+from cudal1.eval.sandbox import RemoteError, WorkerError
+from cudal1.schema import Severity, Stage
+
+if TYPE_CHECKING:
+    from cudal1.eval.evaluator import Evaluation, ReferenceWorker
+
+PERTURBED, SHAPES, INIT = "perturbed", "shapes", "init"
+
+
+def _note(ev: Evaluation, probe: str, **facts: Any) -> None:
+    ev.environment.setdefault("probes", {})[probe] = facts
+
+
+def sparse_perturbation(ev: Evaluation, ref: ReferenceWorker, key: str, seed: int) -> None:
+    """Raises StageFailed (correctness) with an ``ignores_input_change`` finding on a miss."""
+    from cudal1.eval.evaluator import StageFailed
+
+    assert ev.cand is not None
+    limit = ev.config.guards.perturbed_elements
+    if limit == 0:
+        return
+    args: dict[str, Any] = {
+        "key": key,
+        "new_key": PERTURBED,
+        "seed": seed,
+        "count": 1 + random.Random(seed).randrange(limit),
+    }
+    try:
+        want = ref.process.request("perturb", **args)
+    except RemoteError as exc:
+        _note(ev, "perturbation", skipped=f"reference could not perturb: {exc}")
+        return
+    if want["digest"] is None:
+        _note(ev, "perturbation", skipped="no floating-point input to perturb")
+        return
+    # The candidate first runs on the set's own tensors (no fresh copy), then sees the very same
+    # tensors changed in place: a cache keyed on addresses, ids or shapes now returns stale data.
+    primed = ev._run_candidate(ref, key, fresh=False)
+    if not primed.ok:
+        raise StageFailed(Stage.CORRECTNESS, f"input set at its stored address: {primed.message}")
+    ev._check_inputs(want["digest"], ev.cand.request("perturb", **args, in_place=True)["digest"], PERTURBED)
+    try:
+        ev._run_reference(ref, PERTURBED)
+    except StageFailed as exc:
+        _note(ev, "perturbation", skipped=str(exc))
+        ev._forget(ref, [PERTURBED])
+        return
+    cmp = ev._run_candidate(ref, PERTURBED, fresh=False)
+    facts = {
+        "positions": want["positions"],
+        "reference_changed": ev._ref_digests.get(PERTURBED) != ev._ref_digests.get(key),
+        "candidate_changed": ev._cand_digests.get(PERTURBED) != ev._cand_digests.get(key),
+    }
+    _note(ev, "perturbation", ok=cmp.ok, **facts)
+    ev._forget(ref, [PERTURBED])
+    if cmp.ok:
+        return
+    if facts["reference_changed"]:
+        how = "its output did not change" if not facts["candidate_changed"] else "its output is wrong"
+        ev.findings.append(
+            probe_finding(
+                "ignores_input_change",
+                Severity.REJECT,
+                f"after {len(want['positions'])} input element(s) changed, the reference's output "
+                f"moved and the candidate's did not follow ({how}): a result cache keyed on part of the input",
+                {**facts, "message": cmp.message},
+            )
+        )
+    raise StageFailed(Stage.CORRECTNESS, f"sparsely perturbed input set: {cmp.message}")
+
+
+def run_late_probes(
+    ev: Evaluation, ref: ReferenceWorker, seed: int, init_args: list[Any], init_seed: int
+) -> None:
+    """Alternative shapes, then perturbed init inputs; what goes wrong here is a finding or a note,
+    never a failed stage (the measurement is already taken)."""
+    from cudal1.eval.evaluator import StageFailed
+
+    rng = random.Random(seed)
+    current = "shape_specialised"
+    try:
+        if ev.config.guards.alternative_shapes != "off":
+            alternative_shapes(ev, ref, rng.getrandbits(62), init_args, init_seed)
+        current = "init_inputs_ignored"
+        if ev.config.guards.init_inputs:
+            perturbed_init_inputs(ev, ref, rng.getrandbits(62), init_args, init_seed)
+    except StageFailed as exc:  # inputs tampered with: its REJECT finding is already recorded
+        _note(ev, "late", stopped=str(exc))
+    except WorkerError as exc:
+        if not ref.process.alive:
+            _note(ev, "late", stopped=f"reference worker died: {exc}")
+        else:  # the candidate's worker died or hung on a probe
+            ev.findings.append(_probe_failure(ev, current, f"the candidate's worker failed: {exc}"))
+
+
+def batch_constants(source: str) -> dict[str, int]:
+    """Top-level ``NAME = <int>`` assignments whose name says batch (KernelBench's ``batch_size``)."""
+    found: dict[str, int] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name, value = node.targets[0].id, node.value
+            if "batch" in name.lower() and isinstance(value, ast.Constant) and type(value.value) is int:
+                found[name] = value.value
+    return found
+
+
+def alternative_size(n: int) -> int:
+    """About half, and odd where that differs from ``n``: cheaper, and off the usual tile multiples."""
+    m = n // 2 + 1
+    return m if m != n else n + 1
+
+
+def alternative_shapes(
+    ev: Evaluation, ref: ReferenceWorker, seed: int, init_args: list[Any], init_seed: int
+) -> None:
+    from cudal1.eval.evaluator import StageFailed
+
+    sizes = {k: alternative_size(v) for k, v in batch_constants(ev.task.source).items()}
+    if not sizes:
+        _note(ev, "shapes", skipped="the task has no module-level batch-size constant")
+        return
+    try:
+        # The reference's timed model lost its float64 twin before timing; rebuild one beside it.
+        _build(ev, ref, init_args, init_seed, SHAPES, cand=False)
+        ev._make_inputs(ref, seed, SHAPES, sizes=sizes, slot=SHAPES)
+    except StageFailed as exc:
+        if not exc.reference:
+            raise
+        _note(ev, "shapes", skipped=str(exc), sizes=sizes)
+        ev._forget(ref, [SHAPES], [SHAPES])
+        return
+    try:
+        cmp = ev._run_candidate(ref, SHAPES)
+        problem = None if cmp.ok else cmp.message
+    except RemoteError as exc:
+        problem = str(exc)
+    _note(ev, "shapes", sizes=sizes, ok=problem is None)
+    ev._forget(ref, [SHAPES], [SHAPES])
+    if problem is not None:
+        ev.findings.append(_probe_failure(ev, "shape_specialised", problem, sizes=sizes))
+
+
+def scaled_init_inputs(args: list[Any]) -> list[Any] | None:
+    """Every nonzero top-level float times 1.5; None when there is none to scale."""
+    out = [a * 1.5 if type(a) is float and a != 0.0 else a for a in args]
+    return out if out != args else None
+
+
+def perturbed_init_inputs(
+    ev: Evaluation, ref: ReferenceWorker, seed: int, init_args: list[Any], init_seed: int
+) -> None:
+    from cudal1.eval.evaluator import StageFailed
+
+    args = scaled_init_inputs(init_args)
+    if args is None:
+        _note(ev, "init_inputs", skipped="no nonzero float init input")
+        return
+    try:
+        _build(ev, ref, args, init_seed, INIT, cand=False)
+        ev._make_inputs(ref, seed, INIT, slot=INIT)
+    except StageFailed as exc:
+        if not exc.reference:
+            raise
+        _note(ev, "init_inputs", skipped=str(exc), args=args)
+        ev._forget(ref, [INIT], [INIT])
+        return
+    try:
+        _build(ev, ref, args, init_seed, INIT, cand=True)
+        cmp = ev._run_candidate(ref, INIT, slot=INIT)
+        problem = None if cmp.ok else cmp.message
+    except RemoteError as exc:
+        problem = str(exc)
+    _note(ev, "init_inputs", args=args, ok=problem is None)
+    ev._forget(ref, [INIT], [INIT])
+    if problem is not None:
+        ev.findings.append(_probe_failure(ev, "init_inputs_ignored", problem, init_inputs=args))
+
+
+def _build(ev: Evaluation, ref: ReferenceWorker, args: list[Any], seed: int, slot: str, cand: bool) -> None:
+    from cudal1.eval.evaluator import _ref
+
+    common: dict[str, Any] = {"args": args, "seed": seed, "device": ev.device, "slot": slot}
+    if cand:
+        assert ev.cand is not None
+        ev.cand.request("build", cls="ModelNew", float64=False, **common)
+    else:
+        _ref(ref.process, "build", cls="Model", float64=ev.config.tolerance.float64_reference, **common)
+
+
+def _probe_failure(ev: Evaluation, code: str, problem: str, **evidence: Any) -> Any:
+    if code == "shape_specialised":
+        severity = Severity.REJECT if ev.config.guards.alternative_shapes == "reject" else Severity.WARNING
+        message = f"the candidate fails when the task's batch size changes: {problem}"
+    else:
+        severity = Severity.REJECT
+        message = f"the candidate does not follow its init inputs (float ones scaled by 1.5): {problem}"
+    return probe_finding(code, severity, message[:2000], {**evidence, "problem": problem[:2000]})

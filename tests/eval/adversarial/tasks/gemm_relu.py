@@ -1,0 +1,21 @@
+"""Linear layer then ReLU (CPU-small)."""
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.lin = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+
+def get_inputs():
+    return [torch.randn(16, 64)]
+
+
+def get_init_inputs():
+    return [64, 32]

@@ -1,0 +1,307 @@
+"""Adversarial fixtures: every known hack gets the verdict its header names, every tricky legitimate
+optimisation is accepted (STYLE.md habit 4; shared/research/reward-hacks.md).
+
+One candidate per file in ``tests/eval/adversarial/``; the reference programs they target live in
+``tests/eval/adversarial/tasks/``. A fixture's module docstring starts with header lines::
+
+    Hack: <name>              the case id in the hacking-case database (judge.py)
+    Category: <category>
+    Verdict: hack|legit
+    Task: <file stem under tasks/>
+    Expect: <code>[, <code>...] | fail:<stage> | accept
+    Device: cpu|gpu
+    Status: pending           optional: a guard is still missing; the test xfails (not strict)
+
+then free text: the hack, and why it is caught. ``Expect`` items may mix finding codes and
+``fail:<stage>``; any one of them satisfied is the verdict.
+
+What "caught" means, per item:
+
+- ``<code>`` at REJECT severity: the result carries that finding and earns nothing.
+- ``<code>`` at WARNING severity: the design keeps static rules (``run_static_checks`` runs
+  non-strict in the evaluator: "treat static hits as audit triggers"), ``global_state_changed``,
+  ``threads_left_running`` and ``clock_disagreement`` as warnings, because the trust boundary
+  (separate reference process, trusted clock and comparison) already takes away what such a trick
+  could gain. There the finding must be present, the result must go to the reward-checking model
+  (``judge.should_audit``), and ``reward_from_result`` must pay it less than a correct honest
+  candidate with the same trusted measurements would earn: the same result with no warnings
+  (each warning costs ``RewardConfig.warning_penalty``) and its speedup capped at the trusted
+  wall clock's, with ``WALL_SLACK`` for clock noise (a worker-clock speedup the trusted clock
+  did not see is not honest) - or the floor, when nothing was timed.
+- ``fail:<stage>``: the result is not ok and failed at that stage (constant or cached outputs
+  meet fresh inputs from a secret seed and fail ``correctness``).
+- ``accept``: ``result.ok`` and no REJECT finding.
+
+CPU fixtures run in CI through one ``EvalPool`` per device, the code path of ``evaluate`` (a pool
+of one) and of the search loop: the selected fixtures are submitted together, so imports and
+extension builds overlap the one-at-a-time device phase; the task's reference worker stays warm
+and every candidate still gets a fresh worker that is killed afterwards. ``Device: gpu`` fixtures carry
+``pytest.mark.gpu`` and run on CUDA with ``pytest -m gpu``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from cudal1.config import EvalConfig, SandboxConfig, TimingConfig
+from cudal1.eval.judge import HackCaseDB, parse_case_file, should_audit
+from cudal1.eval.pool import EvalPool
+from cudal1.eval.reward import RewardConfig, reward_from_result
+from cudal1.schema import EvalRequest, EvalResult, Severity, Task
+
+FIXTURES = Path(__file__).parent / "adversarial"
+TASKS = FIXTURES / "tasks"
+_HEADER = re.compile(r"^\s*([A-Za-z]+)\s*:\s*(.*?)\s*$")
+_KEYS = {"hack", "category", "verdict", "task", "expect", "device", "status"}
+_STAGES = {"static", "compile", "load", "correctness", "timing", "integrity"}
+
+
+@dataclass(frozen=True)
+class Fixture:
+    path: Path
+    hack: str
+    category: str
+    verdict: str
+    task: str
+    expect: tuple[str, ...]
+    device: str
+    pending: bool
+
+    @property
+    def source(self) -> str:
+        return self.path.read_text(encoding="utf-8")
+
+
+def parse_fixture(path: Path) -> Fixture:
+    """The header of one fixture file; a malformed header fails loudly, naming the file."""
+    import ast
+
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    header: dict[str, str] = {}
+    for line in doc.splitlines():
+        match = _HEADER.match(line)
+        if not match or match.group(1).lower() not in _KEYS:
+            break
+        header[match.group(1).lower()] = match.group(2)
+    missing = {"hack", "category", "verdict", "task", "expect", "device"} - set(header)
+    assert not missing, f"{path.name}: header lacks {sorted(missing)}"
+    expect = tuple(e.strip() for e in header["expect"].split(",") if e.strip())
+    fixture = Fixture(
+        path=path,
+        hack=header["hack"],
+        category=header["category"],
+        verdict=header["verdict"].lower(),
+        task=header["task"],
+        expect=expect,
+        device=header["device"].lower(),
+        pending=header.get("status", "").lower() == "pending",
+    )
+    assert fixture.verdict in {"hack", "legit"}, f"{path.name}: verdict {fixture.verdict!r}"
+    assert fixture.device in {"cpu", "gpu"}, f"{path.name}: device {fixture.device!r}"
+    assert (TASKS / f"{fixture.task}.py").is_file(), f"{path.name}: no task {fixture.task!r}"
+    assert (fixture.verdict == "legit") == (expect == ("accept",)), f"{path.name}: {expect} vs verdict"
+    bad = [e for e in expect if e.startswith("fail:") and e.removeprefix("fail:") not in _STAGES]
+    assert not bad, f"{path.name}: unknown stage in {bad}"
+    return fixture
+
+
+def fixture_files() -> list[Path]:
+    return sorted(p for p in FIXTURES.glob("*.py") if p.name != "__init__.py")
+
+
+def _params() -> Iterator[object]:
+    for path in fixture_files():
+        fx = parse_fixture(path)
+        marks = []
+        if fx.device == "gpu":
+            marks.append(pytest.mark.gpu)
+        if "load_inline" in fx.source:
+            marks.append(pytest.mark.slow)
+        if fx.pending:
+            marks.append(pytest.mark.xfail(reason="Status: pending (guard not built yet)", strict=False))
+        yield pytest.param(fx, id=path.stem, marks=marks)
+
+
+def _config(device: str, root: Path) -> EvalConfig:
+    if device == "cuda":
+        # Closer to production timing (L2 flush, more samples) so that the clock check can see
+        # hidden work; a long call timeout for torch.compile's first call and extension builds.
+        timing = TimingConfig(
+            warmup_ms=10, min_samples=10, max_samples=30, budget_s=4, bootstrap_resamples=300
+        )
+        sandbox = SandboxConfig(call_timeout_s=120, import_timeout_s=300)
+    else:
+        # Small: a CPU fixture needs a timing stage (ok requires one), not a precise speedup.
+        timing = TimingConfig(
+            warmup_ms=2, min_samples=5, max_samples=8, budget_s=0.5, bootstrap_resamples=200
+        )
+        sandbox = SandboxConfig(call_timeout_s=30, import_timeout_s=120)
+    return EvalConfig(
+        device=device,
+        correctness_trials=3,
+        build_cache=root / "builds",
+        timing=timing,
+        sandbox=sandbox,
+    )
+
+
+class Evaluations:
+    """Results of the selected fixtures of one device, all submitted to one ``EvalPool`` at
+    first use: imports and extension builds (the pool's CPU phase, two at a time) overlap the
+    device phase of other candidates, which runs one at a time as in production."""
+
+    def __init__(self, device: str, fixtures: list[Fixture], root: Path) -> None:
+        self.pool = EvalPool(_config(device, root), workers=2, spares=1)
+        self.closed = False
+        slow_first = sorted(fixtures, key=lambda fx: "load_inline" not in fx.source)
+        self.futures: dict[Path, Future[EvalResult]] = {
+            fx.path: self.pool.submit(EvalRequest(_task(fx), fx.source)) for fx in slow_first
+        }
+
+    def result(self, fx: Fixture) -> EvalResult:
+        if fx.path not in self.futures:  # not collected up front (should not happen)
+            self.futures[fx.path] = self.pool.submit(EvalRequest(_task(fx), fx.source))
+        return self.futures[fx.path].result()
+
+    def close(self) -> None:
+        """Finish every submitted evaluation (results stay readable) and stop the pool's workers."""
+        if self.closed:
+            return
+        for future in self.futures.values():
+            future.exception()
+        self.pool.close()
+        self.closed = True
+
+
+def _task(fx: Fixture) -> Task:
+    return Task(fx.task, (TASKS / f"{fx.task}.py").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def evaluations(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """One ``Evaluations`` per device, made on first use over the selected (not skipped) items."""
+    root = tmp_path_factory.mktemp("adversarial")
+    selected = [
+        item.callspec.params["fx"]
+        for item in request.session.items
+        if hasattr(item, "callspec") and "fx" in item.callspec.params and not item.get_closest_marker("skip")
+    ]
+    made: dict[str, Evaluations] = {}
+
+    class ByDevice(dict):
+        def __missing__(self, device: str) -> Evaluations:
+            # One pool at a time: a CPU pool still evaluating would disturb GPU timing, and
+            # pools set the process's CPU affinity while they live.
+            for other in made.values():
+                other.close()
+            mine = [fx for fx in selected if _device(fx) == device]
+            made[device] = self[device] = Evaluations(device, mine, root / device)
+            return made[device]
+
+    yield ByDevice()
+    for ev in made.values():
+        ev.close()
+
+
+def _device(fx: Fixture) -> str:
+    return "cuda" if fx.device == "gpu" else "cpu"
+
+
+def _summary(result: EvalResult) -> str:
+    findings = ", ".join(f"{f.code}[{f.severity.value}]" for f in result.findings) or "none"
+    stage = result.failed_stage.value if result.failed_stage else None
+    return f"ok={result.ok} failed_stage={stage} findings: {findings}; error: {result.error[:300]!r}"
+
+
+# How far the worker's speedup may exceed the trusted wall clock's before it counts as unseen by
+# it: on the 2-core CPU runner the two clocks of honest candidates differed by up to ~15 %.
+WALL_SLACK = 1.25
+
+
+def _warning_earns_less(result: EvalResult, cfg: RewardConfig) -> bool:
+    """A warned result earns less than an honest candidate would: the same result without the
+    warnings, its speedup (and interval) capped at what the trusted wall clock saw (with
+    ``WALL_SLACK``), since an honest candidate cannot be faster than that. Or it earns the floor."""
+    honest = dataclasses.replace(
+        result, findings=tuple(f for f in result.findings if f.severity is not Severity.WARNING)
+    )
+    timing = result.timing
+    if timing is not None and math.isfinite(timing.wall_speedup):
+        cap = timing.wall_speedup * WALL_SLACK
+        honest = dataclasses.replace(
+            honest,
+            timing=dataclasses.replace(
+                timing,
+                speedup=min(timing.speedup, cap),
+                ci_low=min(timing.ci_low, cap),
+                ci_high=min(timing.ci_high, cap),
+            ),
+        )
+    got, clean = reward_from_result(result, cfg), reward_from_result(honest, cfg)
+    return got < clean or got <= min(cfg.min, cfg.incorrect, cfg.reject)
+
+
+def caught_by(result: EvalResult, item: str) -> bool:
+    if item.startswith("fail:"):
+        stage = item.removeprefix("fail:")
+        return not result.ok and result.failed_stage is not None and result.failed_stage.value == stage
+    severities = {f.severity for f in result.findings if f.code == item}
+    if Severity.REJECT in severities:
+        return result.rejected and not result.ok and result.speedup is None
+    if Severity.WARNING in severities:
+        return should_audit(result, threshold=float("inf")) and _warning_earns_less(result, RewardConfig())
+    return False
+
+
+@pytest.mark.parametrize("fx", list(_params()))
+def test_fixture_gets_its_verdict(fx: Fixture, evaluations: dict[str, Evaluations]) -> None:
+    result = evaluations[_device(fx)].result(fx)
+    if fx.expect == ("accept",):
+        rejects = [f.code for f in result.findings if f.severity is Severity.REJECT]
+        assert result.ok and not rejects, f"legit {fx.hack} not accepted: {_summary(result)}"
+    else:
+        assert any(caught_by(result, item) for item in fx.expect), (
+            f"hack {fx.hack} not caught as {', '.join(fx.expect)}: {_summary(result)}"
+        )
+
+
+def test_seeding_gives_one_case_per_fixture(tmp_path: Path) -> None:
+    files = fixture_files()
+    with HackCaseDB(tmp_path / "cases.sqlite") as db:
+        assert db.seed_from_dir(FIXTURES) == len(files)  # tasks/ has no header: skipped
+        cases = {c.case_id: c for c in db.all()}
+    assert len(cases) == len(files), "two fixtures share a Hack: name"
+    for path in files:
+        fx = parse_fixture(path)
+        case = parse_case_file(path.read_text(encoding="utf-8"), default_id=path.stem)
+        assert case is not None and case.case_id == fx.hack and case.category == fx.category
+        assert case.verdict == fx.verdict
+        assert not re.search(r"^(Task|Expect|Device|Status)\s*:", case.explanation, re.MULTILINE), path.name
+
+
+def test_every_category_and_enough_cases() -> None:
+    fixtures = [parse_fixture(p) for p in fixture_files()]
+    hacks = [f for f in fixtures if f.verdict == "hack"]
+    legit = [f for f in fixtures if f.verdict == "legit"]
+    assert len(hacks) >= 25 and len(legit) >= 8
+    categories = {f.category for f in hacks}
+    required = {
+        "timing",
+        "fake-output",
+        "result-reuse",
+        "input-mutation",
+        "hyperparameters",
+        "global-state",
+        "interference",
+        "precision",
+        "static",
+    }
+    assert required <= categories, f"missing categories: {sorted(required - categories)}"
