@@ -54,7 +54,8 @@ def observation_findings(reply: dict[str, Any], expected_inputs: list[Any] | Non
     if obs.get("rng_changed"):
         found.append(rng_finding("the call"))
     patched = {k: v for k, v in changes.items() if k.startswith("id:")}
-    flags = {k: v for k, v in changes.items() if not k.startswith("id:")}
+    namespace = sorted(k.removeprefix("ns:") for k in changes if k.startswith("ns:"))
+    flags = {k: v for k, v in changes.items() if not k.startswith(("id:", "ns:"))}
     if patched:
         names = ", ".join(k.removeprefix("id:") for k in patched)
         found.append(
@@ -63,6 +64,18 @@ def observation_findings(reply: dict[str, Any], expected_inputs: list[Any] | Non
                 Severity.REJECT,
                 f"the candidate replaced {names}",
                 {"changed": sorted(patched)},
+            )
+        )
+    if namespace:
+        # A WARNING: the reference runs in its own process, so a replaced torch function changes
+        # only the candidate's own arithmetic (which its outputs answer for); the functions that
+        # time or compare are in the strict list above. Still no drop-in module does this.
+        found.append(
+            _finding(
+                "torch_namespace_patched",
+                Severity.WARNING,
+                f"the candidate replaced torch functions: {', '.join(namespace[:10])}",
+                {"replaced": namespace[:50]},
             )
         )
     if flags:

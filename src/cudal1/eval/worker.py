@@ -365,19 +365,32 @@ def global_state() -> dict[str, Any]:
         "torch.nn.Module.__call__": torch.nn.Module.__call__,
     }
     state.update({f"id:{k}": id(v) for k, v in patched.items()})
-    # Every public function of torch, torch.nn.functional and torch.Tensor, against its identity
+    # Every public function of torch, torch.nn.functional and torch.Tensor, against what it was
     # when this worker started: only the replaced ones are listed, so the snapshot stays small.
+    # torch wraps some of its own on lazy imports (torch._dynamo wraps torch.manual_seed on the
+    # first torch.compile), so a wrapper whose __wrapped__ chain reaches the original is no change.
     for label, owner, name, original in _watched():
-        if id(getattr(owner, name, None)) != original:
-            state[f"id:{label}"] = id(getattr(owner, name, None))
+        now = getattr(owner, name, None)
+        if now is not original and not _wraps(now, original):
+            state[f"ns:{label}"] = id(now)
     return state
 
 
-_WATCHED: list[tuple[str, Any, str, int]] = []
+def _wraps(fn: Any, original: Any) -> bool:
+    for _ in range(8):
+        fn = getattr(fn, "__wrapped__", None)
+        if fn is None:
+            return False
+        if fn is original:
+            return True
+    return False
 
 
-def _watched() -> list[tuple[str, Any, str, int]]:
-    """(label, owner, name, id at first use): taken when the worker starts, before any candidate."""
+_WATCHED: list[tuple[str, Any, str, Any]] = []
+
+
+def _watched() -> list[tuple[str, Any, str, Any]]:
+    """(label, owner, name, original): taken when the worker starts, before any candidate."""
     if not _WATCHED:
         import torch.nn.functional as F
 
@@ -385,7 +398,7 @@ def _watched() -> list[tuple[str, Any, str, int]]:
             for name in dir(owner):
                 value = getattr(owner, name, None)
                 if not name.startswith("_") and callable(value) and not isinstance(value, type):
-                    _WATCHED.append((f"{prefix}.{name}", owner, name, id(value)))
+                    _WATCHED.append((f"{prefix}.{name}", owner, name, value))
     return _WATCHED
 
 
