@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal, cast
@@ -140,6 +141,9 @@ def optimize_command(
         TextColumn("{task.fields[best]}"),
         TimeElapsedColumn(),
     )
+    # SIGTERM (a job scheduler's timeout, `timeout`, `kill`) unwinds like Ctrl-C, so the run's
+    # bookkeeping (wall time) is saved and the workers are shut down before exiting.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         with Progress(*columns, console=err_console, transient=False) as progress:
             summary = optimize(task_list, out, cfg, resume=resume, progress=ProgressView(progress))
@@ -154,6 +158,10 @@ def optimize_command(
 
     console.print(render_run_summary(summary))
     raise typer.Exit(EXIT_OK)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _tasks(spec: str | None, cfg: OptimizeConfig, run_dir: Path | None) -> list[Task]:
