@@ -169,11 +169,13 @@ DOUBLE = Task(
 )
 
 
-def test_unwritten_output_fails_and_names_the_poison(cfg):
+def test_unwritten_output_fails_correctness(cfg):
     body = "        out = torch.empty_like(x)\n        out[:128] = x[:128] * 2\n        return out"
     result = evaluate(DOUBLE, SOFTMAX.format(body=body), cfg)
     assert result.failed_stage is Stage.CORRECTNESS
-    assert "poison" in result.error
+    # On CPU, glibc hands the poisoned block back most of the time, not always (see _poison);
+    # either way the unwritten half fails, with the poison named when it was the poison.
+    assert "poison" in result.error or "output differs" in result.error
 
 
 # -- sparse perturbation ----------------------------------------------------------------------
@@ -229,13 +231,16 @@ def test_probe_helpers():
 # -- precision --------------------------------------------------------------------------------
 def test_fp16_arithmetic_in_an_fp32_task_is_reduced_precision(cfg):
     src = SOFTMAX.format(body="        return torch.softmax(x.half(), dim=-1).float()")
+    # The perturbation probe off: a perturbed set makes the softmax peaked, and fp16 then falls
+    # outside the fp32 tolerance for some secret seeds, which is not what this test is about.
+    cfg = cfg.model_copy(update={"guards": GuardConfig(perturbed_elements=0)})
     result = evaluate(_task("softmax_wide"), src, cfg)
     assert result.correct  # inside the fp32 tolerance: the outputs are all near 1e-3
     # fp16 rounding of the inputs, amplified by exp: between the 10-bit and the bf16 level.
     assert result.correctness is not None
     assert result.correctness.effective_precision in {"tf32/float16", "bfloat16"}
     assert _codes(result).get("reduced_precision") is Severity.REJECT and not result.ok
-    relaxed = cfg.model_copy(update={"guards": GuardConfig(precision_policy="allow_half")})
+    relaxed = cfg.model_copy(update={"guards": GuardConfig(perturbed_elements=0, precision_policy="allow_half")})
     assert "reduced_precision" not in _codes(evaluate(_task("softmax_wide"), src, relaxed))
 
 

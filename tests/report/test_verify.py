@@ -134,11 +134,11 @@ def test_verify_end_to_end(records_file: Path, tmp_path: Path) -> None:
 def test_missing_and_broken_records_exit_2(tmp_path: Path) -> None:
     runner = CliRunner()
     missing = runner.invoke(app, ["verify", str(tmp_path / "nope.jsonl"), "--device", "cpu"])
-    assert missing.exit_code == 2 and "no such records file" in missing.output
+    assert missing.exit_code == 2 and "no such records file" in " ".join(missing.output.split())
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"level_id": 1, "task_id": 1, "ref_code": "x"\n')
     res = runner.invoke(app, ["verify", str(broken), "--device", "cpu"])
-    assert res.exit_code == 2 and "malformed JSON" in res.output
+    assert res.exit_code == 2 and "malformed JSON" in " ".join(res.output.split())
 
 
 def test_only_no_code_records_needs_no_evaluator(records_file: Path, tmp_path: Path) -> None:

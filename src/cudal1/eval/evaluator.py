@@ -318,8 +318,9 @@ class Evaluation:
             precision.add(cmp)
             if not cmp.ok:
                 record = (cmp.max_abs_err, cmp.max_rel_err, cmp.scale, against, cmp.message)
+                # The effective precision is recorded, but no reduced_precision finding: a wrong
+                # answer (a constant, a stale cache) would read as "low precision" and hide its cause.
                 self.correctness = Correctness(n, trial, *record, *precision.record())
-                self.findings.extend(precision.findings())
                 raise StageFailed(Stage.CORRECTNESS, f"input set {trial + 1}/{n}: {cmp.message}")
             worst_abs, worst_rel = max(worst_abs, cmp.max_abs_err), max(worst_rel, cmp.max_rel_err)
             scale = max(scale, cmp.scale)

@@ -105,10 +105,10 @@ def row_for(index: int, task: Task, cand: Candidate | None, result: EvalResult |
 def _status(r: EvalResult) -> str:
     if r.ok:
         return "verified"
+    if r.rejected:  # static hack checks, integrity guards; a stage may also have failed after it
+        return "rejected"
     if r.failed_stage is Stage.CORRECTNESS:
         return "incorrect"
-    if r.rejected:  # static hack checks, integrity guards; a later stage may also have failed
-        return "rejected"
     if r.correct and r.timing is None:
         return "untimed"
     return "failed"
