@@ -28,10 +28,9 @@ from cudal1.eval import probes, stats
 from cudal1.eval.baselines import reference_drift
 from cudal1.eval.compare import Comparison
 from cudal1.eval.integrity import (
-    effective_precision,
+    PrecisionTracker,
     load_findings,
     observation_findings,
-    precision_finding,
     reference_may_use_tf32,
     side_stream_findings,
     timing_verdict,
@@ -306,7 +305,7 @@ class Evaluation:
         assert self.cand is not None
         worst_abs, worst_rel, scale, against = 0.0, 0.0, 1.0, "reference"
         tf32 = reference_may_use_tf32(self.task.source, _device_type(self.device))
-        precision = _Precision(self.config.guards.precision_policy, tf32)
+        precision = PrecisionTracker(self.config.guards.precision_policy, tf32)
         n = self.config.correctness_trials
         for trial in range(n):
             key = f"check{trial}"
@@ -458,27 +457,6 @@ class WorkerEndpoint:
         if not math.isfinite(ms) or ms < 0:
             raise RemoteError(f"worker reported an impossible time {ms!r}", "")
         return ms, list(r["digest"])
-
-
-class _Precision:
-    """The worst precision ratio over the checked sets, and the level and finding it implies."""
-
-    def __init__(self, policy: str, tf32_default: bool) -> None:
-        self.policy, self.tf32_default = policy, tf32_default
-        self.ratio: float | None = None
-        self.dtype = ""
-
-    def add(self, cmp: Comparison) -> None:
-        if cmp.precision_ratio is not None and (self.ratio is None or cmp.precision_ratio > self.ratio):
-            self.ratio, self.dtype = cmp.precision_ratio, cmp.dtype
-
-    def record(self) -> tuple[str, float | None]:
-        level = effective_precision(self.ratio, self.dtype)
-        return (level[0] if level else "", self.ratio)
-
-    def findings(self) -> list[Finding]:
-        found = precision_finding(self.ratio, self.dtype, self.policy, self.tf32_default)
-        return [found] if found else []
 
 
 class _Seeds:

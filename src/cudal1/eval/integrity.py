@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import ast
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cudal1.eval import stats
 from cudal1.eval.timing import PairedOutcome
 from cudal1.schema import Finding, Severity, Stage, Timing
+
+if TYPE_CHECKING:
+    from cudal1.eval.compare import Comparison
 
 
 def _finding(code: str, severity: Severity, message: str, evidence: dict[str, Any]) -> Finding:
@@ -210,6 +213,27 @@ def precision_finding(ratio: float | None, dtype: str, policy: str, tf32_default
         f"({ratio:.3g}x what {dtype} explains; policy {policy!r})",
         {"effective_precision": level[0], "precision_ratio": ratio, "dtype": dtype, "policy": policy},
     )
+
+
+class PrecisionTracker:
+    """The worst precision ratio over the checked sets, and the level and finding it implies."""
+
+    def __init__(self, policy: str, tf32_default: bool) -> None:
+        self.policy, self.tf32_default = policy, tf32_default
+        self.ratio: float | None = None
+        self.dtype = ""
+
+    def add(self, cmp: Comparison) -> None:
+        if cmp.precision_ratio is not None and (self.ratio is None or cmp.precision_ratio > self.ratio):
+            self.ratio, self.dtype = cmp.precision_ratio, cmp.dtype
+
+    def record(self) -> tuple[str, float | None]:
+        level = effective_precision(self.ratio, self.dtype)
+        return (level[0] if level else "", self.ratio)
+
+    def findings(self) -> list[Finding]:
+        found = precision_finding(self.ratio, self.dtype, self.policy, self.tf32_default)
+        return [found] if found else []
 
 
 def drift_finding(

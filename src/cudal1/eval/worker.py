@@ -583,4 +583,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-

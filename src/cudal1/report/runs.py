@@ -14,7 +14,7 @@ from cudal1.search.run import RunSummary, TaskSummary
 FASTER = 1.01
 
 
-def _ms(value: float | None) -> str:
+def fmt_ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
@@ -77,8 +77,8 @@ def render_run_table(s: RunSummary) -> Table:
             label,
             speedup,
             Text("yes", style="green") if t.correct else Text("no", style="red"),
-            _ms(t.ref_ms),
-            _ms(t.cand_ms),
+            fmt_ms(t.ref_ms),
+            fmt_ms(t.cand_ms),
             str(t.evaluated) + (f" (+{t.pending} pending)" if t.pending else ""),
             str(t.correct_count),
         )

@@ -33,6 +33,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cudal1.config import EvalConfig
+from cudal1.report.runs import fmt_ms
 from cudal1.schema import Candidate, EvalRequest, EvalResult, Severity, Stage, Task
 
 Record = tuple[Task, Candidate | None]
@@ -315,9 +316,7 @@ def write_json(path: Path, data: dict) -> None:
 def _jsonable(value: Any) -> Any:
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
-    if isinstance(value, Path):
-        return str(value)
-    return str(value)
+    return str(value)  # Path and anything else
 
 
 # -- rendering ----------------------------------------------------------------------------------
@@ -373,8 +372,8 @@ def render_rows(rows: list[Row]) -> Table:
             _x(r.claimed),
             _x(r.measured),
             ci,
-            _ms(r.ref_ms),
-            _ms(r.cand_ms),
+            fmt_ms(r.ref_ms),
+            fmt_ms(r.cand_ms),
             stage,
             ", ".join(r.findings),
         )
@@ -395,7 +394,3 @@ def render_summary(s: Summary) -> Table:
 
 def _x(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}x"
-
-
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v:.4f}"
