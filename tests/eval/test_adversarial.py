@@ -24,10 +24,10 @@ What "caught" means, per item:
   (separate reference process, trusted clock and comparison) already takes away what such a trick
   could gain. There the finding must be present, the result must go to the reward-checking model
   (``judge.should_audit``), and ``reward_from_result`` must pay it less than a correct honest
-  candidate with the same trusted measurements would earn: the same result with no warnings
-  (each warning costs ``RewardConfig.warning_penalty``) and its speedup capped at the trusted
-  wall clock's, with ``WALL_SLACK`` for clock noise (a worker-clock speedup the trusted clock
-  did not see is not honest) - or the floor, when nothing was timed.
+  candidate with the same measurements would earn: the same result with no warnings (each
+  warning costs ``RewardConfig.warning_penalty``), or the floor, when nothing was timed. A worker
+  clock that the trusted clock contradicts is the evaluator's business: ``clock_disagreement``
+  makes it count the trusted clock's speedup (``worker_tamper_forged_time``).
 - ``fail:<stage>``: the result is not ok and failed at that stage (constant or cached outputs
   meet fresh inputs from a secret seed and fail ``correctness``).
 - ``accept``: ``result.ok`` and no REJECT finding.
@@ -42,7 +42,6 @@ and every candidate still gets a fresh worker that is killed afterwards. ``Devic
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -221,30 +220,11 @@ def _summary(result: EvalResult) -> str:
     return f"ok={result.ok} failed_stage={stage} findings: {findings}; error: {result.error[:300]!r}"
 
 
-# How far the worker's speedup may exceed the trusted wall clock's before it counts as unseen by
-# it: on the 2-core CPU runner the two clocks of honest candidates differed by up to ~15 %.
-WALL_SLACK = 1.25
-
-
 def _warning_earns_less(result: EvalResult, cfg: RewardConfig) -> bool:
-    """A warned result earns less than an honest candidate would: the same result without the
-    warnings, its speedup (and interval) capped at what the trusted wall clock saw (with
-    ``WALL_SLACK``), since an honest candidate cannot be faster than that. Or it earns the floor."""
+    """A warned result earns less than the same result without its warnings, or the floor."""
     honest = dataclasses.replace(
         result, findings=tuple(f for f in result.findings if f.severity is not Severity.WARNING)
     )
-    timing = result.timing
-    if timing is not None and math.isfinite(timing.wall_speedup):
-        cap = timing.wall_speedup * WALL_SLACK
-        honest = dataclasses.replace(
-            honest,
-            timing=dataclasses.replace(
-                timing,
-                speedup=min(timing.speedup, cap),
-                ci_low=min(timing.ci_low, cap),
-                ci_high=min(timing.ci_high, cap),
-            ),
-        )
     got, clean = reward_from_result(result, cfg), reward_from_result(honest, cfg)
     return got < clean or got <= min(cfg.min, cfg.incorrect, cfg.reject)
 
