@@ -16,7 +16,7 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.versio
 what=${1:-all}; shift || true
 rc=0
 if [[ $what == tests || $what == all ]]; then
-  python3 -m pytest -m gpu -q -x -p no:cacheprovider tests "$@" 2>&1 | tee "$OUT/pytest-gpu.log"
+  python3 -m pytest -m gpu -v -rfE --durations=15 -p no:cacheprovider tests "$@" 2>&1 | tee "$OUT/pytest-gpu.log"
   rc=${PIPESTATUS[0]}
 fi
 if [[ $what == bench || $what == all ]]; then

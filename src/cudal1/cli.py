@@ -140,6 +140,9 @@ def verify_command(
     sample: Annotated[int | None, typer.Option(min=1, help="a random subset of N records (see --seed)")] = None,
     seed: Annotated[int, typer.Option(help="seed of --sample")] = 0,
     levels: Annotated[list[str] | None, typer.Option(help="only these levels, e.g. --levels 1,2")] = None,
+    tasks: Annotated[
+        list[str] | None, typer.Option(help="only these records, named as the table does, e.g. --tasks L2_4,L3_13")
+    ] = None,
     budget_s: Annotated[float | None, typer.Option(help="timing budget per record, seconds")] = None,
     deadline_s: Annotated[
         float | None, typer.Option(help="start no evaluation after this many seconds; the rest are 'not run'")
@@ -155,7 +158,7 @@ candidate goes through the full evaluator (static checks, compile, correctness, 
 integrity guards); a table puts claimed and measured speedup side by side with every finding. \
 Records without code ("None") are listed as "no code".
 
-    Selection: --levels, then --sample, then --limit. With --json PATH, each finished row is \
+    Selection: --levels and --tasks, then --sample, then --limit. With --json PATH, each finished row is \
 appended to PATH's .rows.jsonl at once, so a killed run loses nothing it finished; PATH itself \
 is written at the end.
 
@@ -174,7 +177,8 @@ included); 2 for bad input.
         wanted = frozenset(int(x) for item in levels or [] for x in item.split(",") if x.strip())
     except ValueError:
         raise _bad_input(f"--levels {levels}: expected level numbers, e.g. 1,2") from None
-    selection = Selection(levels=wanted, sample=sample, seed=seed, limit=limit)
+    names = frozenset(x.strip() for item in tasks or [] for x in item.split(",") if x.strip())
+    selection = Selection(levels=wanted, names=names, sample=sample, seed=seed, limit=limit)
 
     def echo(line: str) -> None:
         console.print(line, markup=False, highlight=False, soft_wrap=True)

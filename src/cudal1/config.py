@@ -43,12 +43,16 @@ class TimingConfig(_Strict):
     warmup_calls: int = Field(3, ge=1, description="warm-up by count, per worker")
     warmup_ms: float = Field(25.0, ge=0, description="warm-up by time, per worker")
     tiny_call_ms: float = Field(
-        0.5, gt=0, description="calls shorter than this are batched K per sample (one call alone is at the mercy of host jitter)"
+        0.5,
+        gt=0,
+        description="calls shorter than this are batched K per sample (one call alone is at the mercy of host jitter)",
     )
     sample_target_ms: float = Field(1.0, gt=0, description="K is chosen so that K calls take about this long")
     max_calls_per_sample: int = Field(2000, ge=1)
     min_samples: int = Field(
-        30, ge=3, description="paired samples before the stop rule is consulted (fewer give overconfident intervals)"
+        30,
+        ge=3,
+        description="paired samples before the stop rule is consulted (fewer give overconfident intervals)",
     )
     max_samples: int = Field(1000, ge=3)
     target_rel_ci: float = Field(
@@ -65,14 +69,18 @@ class TimingConfig(_Strict):
     )
     flush_l2_bytes: int = Field(256 * 2**20, ge=0, description="bytes written before each sample (GPU only)")
     lead_us: float = Field(
-        100.0, ge=0, description="GPU spin queued before each sample's begin event, so launch latency is off the clock"
+        100.0,
+        ge=0,
+        description="GPU spin queued before each sample's begin event, so launch latency is off the clock",
     )
     bootstrap_resamples: int = Field(2000, ge=100)
     check_output_fraction: float = Field(
         0.05, ge=0, le=1, description="chance that a timed sample's output is fetched and compared"
     )
     max_output_checks: int = Field(
-        4, ge=1, description="timed outputs checked at most (the first sample's and one after the last always)"
+        4,
+        ge=1,
+        description="timed outputs checked at most (the first sample's and one after the last always)",
     )
     clock_disagreement: float = Field(
         0.10, gt=0, description="flag when the worker clock beats the trusted clock by more than this"
@@ -130,6 +138,14 @@ class GuardConfig(_Strict):
     reference_drift: float = Field(
         0.15, gt=0, description="warn when the reference's live median is this far from its baseline"
     )
+    require_custom_kernel: bool = Field(
+        False,
+        description="reject a ModelNew with no kernel of its own (only torch ops: "
+        "static rule whole_reference_fallback), as KernelBench's custom-kernel tasks ask",
+    )
+    strict_static: bool = Field(
+        False, description="security static rules (file, network, subprocess, ctypes...) reject, not warn"
+    )
 
 
 class EvalConfig(_Strict):
@@ -164,7 +180,12 @@ def load_config(model: type[BaseModel], path: Path | None = None, overrides: lis
         if not isinstance(loaded, dict):
             raise ValueError(f"{path}: expected a mapping at the top level")
         data = loaded
-    for item in overrides or []:
+    return model.model_validate(apply_overrides(data, overrides or []))
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``data`` (a config as a dict) with each ``a.b=value`` applied in place; returned."""
+    for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ValueError(f"override {item!r}: expected key=value")
@@ -173,7 +194,7 @@ def load_config(model: type[BaseModel], path: Path | None = None, overrides: lis
         for part in parts[:-1]:
             node = node.setdefault(part, {})
         node[parts[-1]] = yaml.safe_load(raw)
-    return model.model_validate(data)
+    return data
 
 
 def dump_config(config: BaseModel) -> str:

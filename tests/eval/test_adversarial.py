@@ -11,6 +11,8 @@ One candidate per file in ``tests/eval/adversarial/``; the reference programs th
     Expect: <code>[, <code>...] | fail:<stage> | accept
     Device: cpu|gpu
     Status: pending           optional: a guard is still missing; the test xfails (not strict)
+    Config: a.b=v[; c.d=w]    optional: EvalConfig overrides this fixture is evaluated under
+                              (a policy such as guards.require_custom_kernel=true)
 
 then free text: the hack, and why it is caught. ``Expect`` items may mix finding codes and
 ``fail:<stage>``; any one of them satisfied is the verdict.
@@ -50,7 +52,7 @@ from pathlib import Path
 
 import pytest
 
-from cudal1.config import EvalConfig, SandboxConfig, TimingConfig
+from cudal1.config import EvalConfig, SandboxConfig, TimingConfig, apply_overrides
 from cudal1.eval.judge import HackCaseDB, parse_case_file, should_audit
 from cudal1.eval.pool import EvalPool
 from cudal1.eval.reward import RewardConfig, reward_from_result
@@ -59,7 +61,7 @@ from cudal1.schema import EvalRequest, EvalResult, Severity, Task
 FIXTURES = Path(__file__).parent / "adversarial"
 TASKS = FIXTURES / "tasks"
 _HEADER = re.compile(r"^\s*([A-Za-z]+)\s*:\s*(.*?)\s*$")
-_KEYS = {"hack", "category", "verdict", "task", "expect", "device", "status"}
+_KEYS = {"hack", "category", "verdict", "task", "expect", "device", "status", "config"}
 _STAGES = {"static", "compile", "load", "correctness", "timing", "integrity"}
 
 
@@ -73,6 +75,7 @@ class Fixture:
     expect: tuple[str, ...]
     device: str
     pending: bool
+    config: tuple[str, ...] = ()
 
     @property
     def source(self) -> str:
@@ -102,6 +105,7 @@ def parse_fixture(path: Path) -> Fixture:
         expect=expect,
         device=header["device"].lower(),
         pending=header.get("status", "").lower() == "pending",
+        config=tuple(c.strip() for c in header.get("config", "").split(";") if c.strip()),
     )
     assert fixture.verdict in {"hack", "legit"}, f"{path.name}: verdict {fixture.verdict!r}"
     assert fixture.device in {"cpu", "gpu"}, f"{path.name}: device {fixture.device!r}"
@@ -129,7 +133,7 @@ def _params() -> Iterator[object]:
         yield pytest.param(fx, id=path.stem, marks=marks)
 
 
-def _config(device: str, root: Path) -> EvalConfig:
+def _config(device: str, root: Path, overrides: tuple[str, ...] = ()) -> EvalConfig:
     if device == "cuda":
         # Closer to production timing (L2 flush, more samples) so that the clock check can see
         # hidden work; a long call timeout for torch.compile's first call and extension builds.
@@ -143,22 +147,24 @@ def _config(device: str, root: Path) -> EvalConfig:
             warmup_ms=2, min_samples=5, max_samples=8, budget_s=0.5, bootstrap_resamples=200
         )
         sandbox = SandboxConfig(call_timeout_s=30, import_timeout_s=120)
-    return EvalConfig(
+    config = EvalConfig(
         device=device,
         correctness_trials=3,
         build_cache=root / "builds",
         timing=timing,
         sandbox=sandbox,
     )
+    return EvalConfig.model_validate(apply_overrides(config.model_dump(), list(overrides)))
 
 
 class Evaluations:
-    """Results of the selected fixtures of one device, all submitted to one ``EvalPool`` at
+    """Results of the selected fixtures of one device and config, all submitted to one ``EvalPool`` at
     first use: imports and extension builds (the pool's CPU phase, two at a time) overlap the
     device phase of other candidates, which runs one at a time as in production."""
 
-    def __init__(self, device: str, fixtures: list[Fixture], root: Path) -> None:
-        self.pool = EvalPool(_config(device, root), workers=2, spares=1)
+    def __init__(self, group: Group, fixtures: list[Fixture], root: Path) -> None:
+        device, overrides = group
+        self.pool = EvalPool(_config(device, root, overrides), workers=2, spares=1)
         self.closed = False
         slow_first = sorted(fixtures, key=lambda fx: "load_inline" not in fx.source)
         self.futures: dict[Path, Future[EvalResult]] = {
@@ -186,32 +192,35 @@ def _task(fx: Fixture) -> Task:
 
 @pytest.fixture(scope="module")
 def evaluations(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """One ``Evaluations`` per device, made on first use over the selected (not skipped) items."""
+    """One ``Evaluations`` per (device, config), made on first use over the selected (not skipped) items."""
     root = tmp_path_factory.mktemp("adversarial")
     selected = [
         item.callspec.params["fx"]
         for item in request.session.items
         if hasattr(item, "callspec") and "fx" in item.callspec.params and not item.get_closest_marker("skip")
     ]
-    made: dict[str, Evaluations] = {}
+    made: dict[Group, Evaluations] = {}
 
-    class ByDevice(dict):
-        def __missing__(self, device: str) -> Evaluations:
+    class ByGroup(dict):
+        def __missing__(self, group: Group) -> Evaluations:
             # One pool at a time: a CPU pool still evaluating would disturb GPU timing, and
             # pools set the process's CPU affinity while they live.
             for other in made.values():
                 other.close()
-            mine = [fx for fx in selected if _device(fx) == device]
-            made[device] = self[device] = Evaluations(device, mine, root / device)
-            return made[device]
+            mine = [fx for fx in selected if _group(fx) == group]
+            made[group] = self[group] = Evaluations(group, mine, root / f"pool{len(made)}")
+            return made[group]
 
-    yield ByDevice()
+    yield ByGroup()
     for ev in made.values():
         ev.close()
 
 
-def _device(fx: Fixture) -> str:
-    return "cuda" if fx.device == "gpu" else "cpu"
+Group = tuple[str, tuple[str, ...]]  # (device, config overrides): fixtures sharing one pool
+
+
+def _group(fx: Fixture) -> Group:
+    return ("cuda" if fx.device == "gpu" else "cpu", fx.config)
 
 
 def _summary(result: EvalResult) -> str:
@@ -242,8 +251,8 @@ def caught_by(result: EvalResult, item: str) -> bool:
 
 
 @pytest.mark.parametrize("fx", list(_params()))
-def test_fixture_gets_its_verdict(fx: Fixture, evaluations: dict[str, Evaluations]) -> None:
-    result = evaluations[_device(fx)].result(fx)
+def test_fixture_gets_its_verdict(fx: Fixture, evaluations: dict[Group, Evaluations]) -> None:
+    result = evaluations[_group(fx)].result(fx)
     if fx.expect == ("accept",):
         rejects = [f.code for f in result.findings if f.severity is Severity.REJECT]
         assert result.ok and not rejects, f"legit {fx.hack} not accepted: {_summary(result)}"
@@ -264,7 +273,9 @@ def test_seeding_gives_one_case_per_fixture(tmp_path: Path) -> None:
         case = parse_case_file(path.read_text(encoding="utf-8"), default_id=path.stem)
         assert case is not None and case.case_id == fx.hack and case.category == fx.category
         assert case.verdict == fx.verdict
-        assert not re.search(r"^(Task|Expect|Device|Status)\s*:", case.explanation, re.MULTILINE), path.name
+        assert not re.search(r"^(Task|Expect|Device|Status|Config)\s*:", case.explanation, re.MULTILINE), (
+            path.name
+        )
 
 
 def test_every_category_and_enough_cases() -> None:

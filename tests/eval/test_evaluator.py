@@ -173,3 +173,20 @@ def test_timing_can_be_switched_off(task, fast_config, flag, candidate):
     result = _eval(task, RIGHT, fast_config.model_copy(update={"time": flag}))
     assert result.correct
     assert (result.timing is not None) is flag
+
+
+def test_a_slow_build_does_not_hold_the_device(task, fast_config, candidate):
+    """ModelNew's constructor (where many CUDA-L1 kernels call load_inline) runs before the device
+    is taken: a candidate that reaches the device later but builds fast is timed first."""
+    sources = {
+        "slow_build": candidate("        return torch.relu(self.lin(x))", init_extra="        time.sleep(5)"),
+        "slow_import": "import time\ntime.sleep(1)\n" + candidate(RIGHT_BODY),
+    }
+    sources["slow_build"] = "import time\n" + sources["slow_build"]
+    with EvalPool(fast_config, workers=2, spares=2) as pool:
+        order = [
+            req.request_id
+            for req, res in pool.evaluate_many(EvalRequest(task, s, k) for k, s in sources.items())
+            if res.ok
+        ]
+    assert order == ["slow_import", "slow_build"]

@@ -38,6 +38,9 @@ def test_input_mutation_is_rejected(task, fast_config, candidate):
     result = evaluate(task, candidate(body), fast_config)
     assert _codes(result).get("input_mutated") is Severity.REJECT
     assert not result.ok and result.speedup is None
+    # The mutated stored inputs are not mistaken for tampered input generation (seen on a
+    # CUDA-L1 record that ReLUs its input in place).
+    assert "input_generation_tampered" not in _codes(result)
 
 
 def test_returning_the_input_itself_is_rejected(fast_config):
@@ -129,6 +132,17 @@ def test_observation_rules_without_workers():
         },
     }
     codes = {f.code: f.severity for f in observation_findings(dirty, [7], "check0")}
+    # The worker's list of threads the candidate started decides when present: a library thread
+    # (torch.compile's tqdm monitor) raises the count without being the candidate's ...
+    library = {
+        **clean,
+        "observations": {**clean["observations"], "threads_after": 4, "candidate_threads": []},
+    }
+    assert observation_findings(library, [7], "check0") == []
+    # ... and a thread started at construction is the candidate's, though older than the call.
+    spinning = {**clean, "observations": {**clean["observations"], "candidate_threads": ["Thread-1 (_spin)"]}}
+    (found,) = observation_findings(spinning, [7], "check0")
+    assert found.code == "threads_left_running" and found.evidence["threads"] == ["Thread-1 (_spin)"]
     assert codes == {
         "output_not_plain_tensor": Severity.REJECT,
         "input_mutated": Severity.REJECT,
@@ -143,7 +157,9 @@ def test_tf32_level_errors_are_the_task_precision_for_conv_references_on_cuda():
     from cudal1.eval.integrity import precision_finding, reference_may_use_tf32
 
     conv_task = "import torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.c = nn.Conv2d(3, 8, 3)\n"
-    gemm_task = "import torch\nclass Model:\n    def forward(self, a, b):\n        return torch.matmul(a, b)\n"
+    gemm_task = (
+        "import torch\nclass Model:\n    def forward(self, a, b):\n        return torch.matmul(a, b)\n"
+    )
     assert reference_may_use_tf32(conv_task, "cuda")
     assert not reference_may_use_tf32(conv_task, "cpu")
     assert not reference_may_use_tf32(gemm_task, "cuda")

@@ -214,6 +214,7 @@ def test_whole_reference_fallback_only_when_required() -> None:
     findings = run_static_checks(textwrap.dedent(source), require_custom_kernel=True)
     (finding,) = [f for f in findings if f.code == "whole_reference_fallback"]
     assert finding.evidence["lines"] == [5]  # the forward definition
+    assert finding.severity is Severity.REJECT  # a policy the user asked for, not an audit hint
 
 
 def test_custom_op_namespace_counts_as_kernel() -> None:

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from cudal1.cli import app
 from cudal1.report.verify import Row, Selection, select_records, summarize
 from cudal1.schema import Candidate, Task
+from cudal1.tasks import TaskError
 
 REF = """
 import torch
@@ -158,6 +159,10 @@ def test_selection_levels_sample_limit() -> None:
     assert [i for i, _, _ in picked] == sorted(i for i, _, _ in picked)
     assert picked == select_records(records, Selection(levels=frozenset({1, 2}), sample=8, seed=3))
     assert [i for i, _, _ in select_records(records, Selection(limit=3))] == [0, 1, 2]
+    named = select_records(records, Selection(names=frozenset({records[4][0].name, records[1][0].name})))
+    assert [i for i, _, _ in named] == [1, 4]
+    with pytest.raises(TaskError, match="no record named nope"):
+        select_records(records, Selection(names=frozenset({"nope"})))
 
 
 def test_summary_statistics() -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudal1.config import EvalConfig
+from cudal1.config import EvalConfig, GuardConfig
 from cudal1.eval import probes, stats
 from cudal1.eval.baselines import reference_drift
 from cudal1.eval.compare import Comparison
@@ -141,6 +141,8 @@ class Evaluation:
     _out_bytes: dict[str, list[int]] = field(default_factory=dict)
     _ref_digests: dict[str, list[Any]] = field(default_factory=dict)
     _cand_digests: dict[str, list[Any]] = field(default_factory=dict)
+    _seeds: _Seeds | None = None
+    _init_args: list[Any] = field(default_factory=list)
     failed: bool = False
 
     @contextmanager
@@ -171,7 +173,7 @@ class Evaluation:
                 ast.parse(self.source)
             except SyntaxError as exc:
                 raise StageFailed(Stage.STATIC, f"syntax error at line {exc.lineno}: {exc.msg}") from None
-            self.findings.extend(_static_findings(self.source))
+            self.findings.extend(_static_findings(self.source, self.config.guards))
             rejecting = [f for f in self.findings if f.severity is Severity.REJECT]
             if rejecting:
                 raise StageFailed(Stage.STATIC, "; ".join(f"{f.code}: {f.message}" for f in rejecting))
@@ -199,12 +201,33 @@ class Evaluation:
             )
             self.findings.extend(load_findings(loaded))
 
-    def run_on_device(self, ref: ReferenceWorker) -> None:
+    def run_load(self, ref: ReferenceWorker) -> None:
+        """Build ModelNew in the candidate's worker (a load_inline in ``__init__`` compiles here).
+        No timing runs in this phase, so the pool calls it before taking the device: a
+        minute-long build must not hold the GPU while other candidates wait to be timed."""
         assert self.cand is not None
-        seeds = _Seeds(self.config.seed)
-        self.environment["seed"] = seeds.base
+        self._seeds = _Seeds(self.config.seed)
+        self.environment["seed"] = self._seeds.base
         with self.stage(Stage.LOAD):
-            init_args = _ref(ref.process, "init_inputs", seed=seeds.init)["args"]
+            with ref.lock:
+                self._init_args = _ref(ref.process, "init_inputs", seed=self._seeds.init)["args"]
+            built = self.cand.request(
+                "build",
+                cls="ModelNew",
+                args=self._init_args,
+                seed=self._seeds.init,
+                device=self.device,
+                float64=False,
+            )
+            self.findings.extend(side_stream_findings(list(built.get("side_streams") or [])))
+
+    def run_on_device(self, ref: ReferenceWorker) -> None:
+        """Correctness, timing and the late probes; the caller holds the device and ``ref.lock``.
+        The reference model is built here, under the lock, because the reference worker is
+        shared by the task's candidates and each evaluation has its own weights seed."""
+        assert self.cand is not None and self._seeds is not None, "run_load comes first"
+        seeds, init_args = self._seeds, self._init_args
+        with self.stage(Stage.CORRECTNESS):
             f64 = self.config.tolerance.float64_reference
             _ref(
                 ref.process,
@@ -215,13 +238,6 @@ class Evaluation:
                 device=self.device,
                 float64=f64,
             )
-            built = self.cand.request(
-                "build", cls="ModelNew", args=init_args, seed=seeds.init, device=self.device, float64=False
-            )
-            self.findings.extend(side_stream_findings(list(built.get("side_streams") or [])))
-        if self.failed:
-            return
-        with self.stage(Stage.CORRECTNESS):
             self._check_correctness(ref, seeds)
         if self.failed:
             return
@@ -273,7 +289,9 @@ class Evaluation:
         self._out_bytes[key] = list(r.get("out_bytes") or [])
         self._ref_digests[key] = list(r.get("digest") or [])
 
-    def _run_candidate(self, ref: ReferenceWorker, key: str, slot: str = "main", fresh: bool = True) -> Comparison:
+    def _run_candidate(
+        self, ref: ReferenceWorker, key: str, slot: str = "main", fresh: bool = True
+    ) -> Comparison:
         """One checked candidate call on fresh copies of set ``key`` (or on the stored tensors
         themselves), free memory poisoned first."""
         assert self.cand is not None
@@ -339,7 +357,11 @@ class Evaluation:
         keys = [f"time{i}" for i in range(self.config.timing_input_sets)]
         for key in keys:
             self._make_inputs(ref, seeds.next(), key)
-        timing_args: dict[str, Any] = {"keys": keys, "flush_bytes": cfg.flush_l2_bytes, "lead_us": cfg.lead_us}
+        timing_args: dict[str, Any] = {
+            "keys": keys,
+            "flush_bytes": cfg.flush_l2_bytes,
+            "lead_us": cfg.lead_us,
+        }
         _ref(ref.process, "set_timing_inputs", **timing_args)
         self.cand.request("set_timing_inputs", **timing_args)
         cand = self.cand
@@ -488,12 +510,12 @@ _REF_STAGE = {
 }
 
 
-def _static_findings(source: str) -> list[Finding]:
-    try:
-        from cudal1.eval.static_checks import run_static_checks
-    except ImportError:
-        return []
-    return list(run_static_checks(source))
+def _static_findings(source: str, guards: GuardConfig) -> list[Finding]:
+    from cudal1.eval.static_checks import run_static_checks
+
+    return run_static_checks(
+        source, strict=guards.strict_static, require_custom_kernel=guards.require_custom_kernel
+    )
 
 
 def _environment(ref: ReferenceWorker) -> dict[str, Any]:

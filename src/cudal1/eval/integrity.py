@@ -90,17 +90,28 @@ def observation_findings(reply: dict[str, Any], expected_inputs: list[Any] | Non
                 {"changed": flags},
             )
         )
-    before, after = obs.get("threads_before"), obs.get("threads_after")
-    if isinstance(before, int) and isinstance(after, int) and after > before:
-        found.append(
-            _finding(
-                "threads_left_running",
-                Severity.WARNING,
-                f"{after - before} thread(s) still running after the call",
-                {"before": before, "after": after},
-            )
-        )
+    found.extend(_thread_findings(obs))
     return found
+
+
+def _thread_findings(obs: dict[str, Any]) -> list[Finding]:
+    """Threads the candidate started (at import, construction or in a call) still running after
+    a call (threadwatch.py); without that list, the count around the call."""
+    before, after = obs.get("threads_before"), obs.get("threads_after")
+    evidence: dict[str, Any] = {"before": before, "after": after}
+    started = obs.get("candidate_threads")
+    if isinstance(started, list):
+        if not started:
+            return []
+        evidence["threads"] = started[:8]
+        message = (
+            f"{len(started)} thread(s) the candidate started still running after the call: {started[:8]}"
+        )
+    elif isinstance(before, int) and isinstance(after, int) and after > before:
+        message = f"{after - before} thread(s) still running after the call"
+    else:
+        return []
+    return [_finding("threads_left_running", Severity.WARNING, message, evidence)]
 
 
 CURRENT_STREAM = "cuda.current_stream"  # the key worker.global_state records it under
@@ -189,7 +200,9 @@ def reference_may_use_tf32(reference_source: str, device_type: str) -> bool:
     return False
 
 
-def precision_finding(ratio: float | None, dtype: str, policy: str, tf32_default: bool = False) -> Finding | None:
+def precision_finding(
+    ratio: float | None, dtype: str, policy: str, tf32_default: bool = False
+) -> Finding | None:
     """``reduced_precision`` (REJECT) when the effective level is below what the policy allows:
     "task" allows only the task's dtype; "allow_tf32" also 10-bit fractions (TF32 and fp16, which
     errors cannot tell apart); "allow_half" also bf16. The default is "task": a speedup bought by

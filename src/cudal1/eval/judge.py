@@ -78,7 +78,7 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Fixture files (tests/eval/adversarial/) add lines for their test runner; they are header, not
 # explanation, and are skipped here.
 _HEADER = re.compile(
-    r"^\s*(hack|category|verdict|task|expect|device|status)\s*:\s*(.*?)\s*$", re.IGNORECASE
+    r"^\s*(hack|category|verdict|task|expect|device|status|config)\s*:\s*(.*?)\s*$", re.IGNORECASE
 )
 
 
@@ -149,7 +149,7 @@ class HackCaseDB:
 
         Header: the module docstring starts with ``Hack: <name>``, ``Category: <category>`` and
         ``Verdict: hack|legit`` lines (any order, any case; the runner's ``Task:``, ``Expect:``,
-        ``Device:`` and ``Status:`` lines may sit among them), then free text, the explanation.
+        ``Device:``, ``Status:`` and ``Config:`` lines may sit among them), then free text, the explanation.
         The case id is the hack name; the stored code is the file without its docstring.
         """
         added = 0

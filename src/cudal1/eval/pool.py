@@ -2,10 +2,13 @@
 device times one candidate at a time, warm spare workers hide interpreter start-up, and results
 stream back as they finish.
 
-Phases per request: static checks (this process) -> a spare worker imports the candidate (CPU
-work, in parallel across requests) -> the device lock is taken -> load, correctness and timing
-alternate between the candidate worker and the task's reference worker -> the candidate worker
-is killed (it ran untrusted code); the reference worker stays for the task's next candidate.
+Phases per request: static checks (this process) -> a spare worker imports the candidate and
+builds ModelNew on its assigned device (CPU-bound work such as load_inline builds, in parallel
+across requests) -> the device lock is taken -> correctness and timing alternate between the
+candidate worker and the task's reference worker -> the candidate worker is killed (it ran
+untrusted code); the reference worker stays for the task's next candidate. Only the checked and
+timed calls hold a device: on the CUDA-L1 release, where many kernels compile in ``__init__``,
+holding it through the build left the GPU idle most of the time.
 """
 
 from __future__ import annotations
@@ -77,9 +80,9 @@ class EvalPool:
     ) -> None:
         self.config = config
         self.devices = list(devices) or [resolve_device(config.device)]
-        self._device_slots: queue.Queue[str] = queue.Queue()
-        for d in self.devices:
-            self._device_slots.put(d)
+        self._device_locks = {d: threading.Lock() for d in self.devices}
+        self._assigned = dict.fromkeys(self.devices, 0)  # requests past compile, per device
+        self._assign_lock = threading.Lock()
         self._timing_cpus, self._general_cpus = _split_cpus(self.devices)
         # This process's threads (and the threads it starts) keep off the timing cores too.
         self._saved_affinity = os.sched_getaffinity(0)
@@ -142,13 +145,16 @@ class EvalPool:
         return ev.result()
 
     def _on_device(self, ev: Evaluation, task: Task) -> None:
-        device = self._device_slots.get()
+        device = self._assign()
         try:
             ev.device = device
             ref = self._reference(task, device)
             if not ev.attach_reference(ref):
                 return
-            with ref.lock:
+            ev.run_load(ref)
+            if ev.failed:
+                return
+            with self._device_locks[device], ref.lock:
                 pair = self._timing_cpus.get(device)
                 if pair and ev.cand is not None:
                     ref.process.pin({pair[0]})
@@ -159,7 +165,15 @@ class EvalPool:
             if not ref.process.alive:
                 self._drop_reference(ref)
         finally:
-            self._device_slots.put(device)
+            with self._assign_lock:
+                self._assigned[device] -= 1
+
+    def _assign(self) -> str:
+        """The device with the fewest requests building or waiting on it."""
+        with self._assign_lock:
+            device = min(self.devices, key=self._assigned.__getitem__)
+            self._assigned[device] += 1
+            return device
 
     def _reference(self, task: Task, device: str) -> ReferenceWorker:
         key = (task.hash, device)

@@ -208,11 +208,13 @@ Check = Callable[[SourceInfo], list[ast.AST]]
 
 @dataclass(frozen=True)
 class Rule:
-    """A named check; ``security`` rules reject in strict mode, every rule warns otherwise."""
+    """A named check; ``security`` rules reject in strict mode, every rule warns otherwise. A
+    ``policy`` rule fires only when the configuration asks for its policy, and then rejects."""
 
     code: str
     check: Check
     security: bool
+    policy: bool = False
 
     @property
     def summary(self) -> str:
@@ -222,9 +224,9 @@ class Rule:
 RULES: list[Rule] = []
 
 
-def _rule(code: str, *, security: bool) -> Callable[[Check], Check]:
+def _rule(code: str, *, security: bool, policy: bool = False) -> Callable[[Check], Check]:
     def register(fn: Check) -> Check:
-        RULES.append(Rule(code, fn, security))
+        RULES.append(Rule(code, fn, security, policy))
         return fn
 
     return register
@@ -260,7 +262,7 @@ _KERNEL_SOURCES = _names(
 _ATEN_OPS = _names("torch.ops.aten torch.ops.prims torch.ops.prim torch.ops.quantized")
 
 
-@_rule("whole_reference_fallback", security=False)
+@_rule("whole_reference_fallback", security=False, policy=True)
 def whole_reference_fallback(info: SourceInfo) -> list[ast.AST]:
     """No custom kernel anywhere: ModelNew is plain torch ops (only with require_custom_kernel).
 
@@ -634,7 +636,7 @@ def _finding(rule: Rule, info: SourceInfo, nodes: list[ast.AST], strict: bool) -
     lines = sorted({getattr(n, "lineno", 0) for n in nodes})
     return Finding(
         code=rule.code,
-        severity=Severity.REJECT if strict and rule.security else Severity.WARNING,
+        severity=Severity.REJECT if (strict and rule.security) or rule.policy else Severity.WARNING,
         stage=Stage.STATIC,
         message=f"{rule.summary} (line {', '.join(map(str, lines[:_MAX_EVIDENCE]))})",
         evidence={
@@ -651,8 +653,9 @@ def run_static_checks(
     """Run every rule in ``RULES`` on ``source``; one finding per rule that fires.
 
     ``strict`` makes the security rules (``Rule.security``) REJECT; otherwise every finding is a
-    WARNING, an audit trigger that leaves the verdict to the behavioural checks. A source that
-    does not parse is rejected: nothing about it can be vouched for.
+    WARNING, an audit trigger that leaves the verdict to the behavioural checks, except a policy
+    rule that ``require_custom_kernel`` turned on. A source that does not parse is rejected:
+    nothing about it can be vouched for.
     """
     try:
         info = SourceInfo.parse(source, require_custom_kernel=require_custom_kernel)

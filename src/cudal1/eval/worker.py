@@ -29,7 +29,10 @@ from typing import Any
 
 import torch
 
+from cudal1.eval.threadwatch import ThreadWatch
 from cudal1.eval.wire import decode, digest, encode, flatten_outputs
+
+CANDIDATE_FILE = Path("candidate.py")
 
 
 class Worker:
@@ -40,6 +43,7 @@ class Worker:
         self.inputs: dict[str, list[Any]] = {}
         self.expected: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {}
         self.state0: dict[str, Any] = {}
+        self.threads: ThreadWatch | None = None
         self.model64: Any = None
         self.device = torch.device("cpu")
         self.timing_sets: list[list[Any]] = []
@@ -86,7 +90,9 @@ class Worker:
         # are started before anyone knows which candidate they will get.
         os.environ.update(env or {})
         rng = _rng_digest()
-        self.candidate = _import_source(source, "cudal1_candidate", Path("candidate.py"))
+        self.threads = ThreadWatch(str(Path.cwd() / CANDIDATE_FILE))
+        self.threads.install()
+        self.candidate = _import_source(source, "cudal1_candidate", CANDIDATE_FILE)
         if not isinstance(getattr(self.candidate, "ModelNew", None), type):
             raise RuntimeError("candidate defines no class ModelNew")
         return {"rng_changed": _rng_digest() != rng}
@@ -169,7 +175,9 @@ class Worker:
         out_bytes = [x.nbytes if isinstance(x, torch.Tensor) else 0 for x in flatten_outputs(out)]
         return {"float64_error": err64, "out_bytes": out_bytes, "digest": _digests(out)}
 
-    def cmd_perturb(self, key: str, new_key: str, seed: int, count: int, in_place: bool = False) -> dict[str, Any]:
+    def cmd_perturb(
+        self, key: str, new_key: str, seed: int, count: int, in_place: bool = False
+    ) -> dict[str, Any]:
         """A copy of input set ``key`` with ``count`` elements of its first floating tensor moved
         far (by 1 + 3 standard deviations), at positions drawn from ``seed``. Both workers make it;
         the candidate's ``in_place``: same tensors, same addresses, new values, so a result cache
@@ -206,7 +214,9 @@ class Worker:
         cmp = compare_outputs(cand, ref, ref64, ToleranceConfig(**tolerance), device_type)
         return {"comparison": dataclasses.asdict(cmp), "digests": digests}
 
-    def cmd_set_timing_inputs(self, keys: list[str], flush_bytes: int, lead_us: float = 0.0) -> dict[str, Any]:
+    def cmd_set_timing_inputs(
+        self, keys: list[str], flush_bytes: int, lead_us: float = 0.0
+    ) -> dict[str, Any]:
         """Both sides enter timing with the same memory picture: the float64 model and the kept
         outputs leave the device, caches are emptied and the timed inputs re-made in a fresh
         block. Without this the long-lived reference worker timed differently from a fresh
@@ -292,6 +302,7 @@ class Worker:
             "inputs_digest": [digest(x) if isinstance(x, torch.Tensor) else None for x in inputs],
             "aliases": _aliases(out, inputs, model),
             "state_changes": _state_changes(self.state0, global_state()),
+            "candidate_threads": self.threads.alive() if self.threads else None,
         }
 
     def cmd_work(self, key: str) -> dict[str, Any]:

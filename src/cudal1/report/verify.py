@@ -35,6 +35,7 @@ from rich.text import Text
 from cudal1.config import EvalConfig
 from cudal1.report.runs import fmt_ms
 from cudal1.schema import Candidate, EvalRequest, EvalResult, Severity, Stage, Task
+from cudal1.tasks.source import TaskError
 
 Record = tuple[Task, Candidate | None]
 STATUSES = ("verified", "rejected", "incorrect", "failed", "untimed", "no code", "not run")
@@ -42,17 +43,27 @@ STATUSES = ("verified", "rejected", "incorrect", "failed", "untimed", "no code",
 
 @dataclass(frozen=True)
 class Selection:
-    """Which records to verify: level filter, then a seeded random sample, then the first N."""
+    """Which records to verify: level and name filters, then a seeded random sample, then the
+    first N."""
 
     levels: frozenset[int] = frozenset()
+    names: frozenset[str] = frozenset()  # task names as the table prints them, e.g. "L2_4"
     sample: int | None = None
     seed: int = 0
     limit: int | None = None
 
 
 def select_records(records: list[Record], sel: Selection) -> list[tuple[int, Task, Candidate | None]]:
-    """(index in file, task, candidate) of the chosen records, in file order."""
-    chosen = [(i, t, c) for i, (t, c) in enumerate(records) if not sel.levels or t.level in sel.levels]
+    """(index in file, task, candidate) of the chosen records, in file order. A name in
+    ``sel.names`` that no record has is a ``TaskError`` (a typo must not verify nothing quietly)."""
+    unknown = sel.names - {t.name for t, _ in records}
+    if unknown:
+        raise TaskError(f"no record named {', '.join(sorted(unknown))}")
+    chosen = [
+        (i, t, c)
+        for i, (t, c) in enumerate(records)
+        if (not sel.levels or t.level in sel.levels) and (not sel.names or t.name in sel.names)
+    ]
     if sel.sample is not None and sel.sample < len(chosen):
         chosen = sorted(random.Random(sel.seed).sample(chosen, sel.sample), key=lambda r: r[0])
     if sel.limit is not None:

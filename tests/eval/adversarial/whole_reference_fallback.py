@@ -4,14 +4,13 @@ Verdict: hack
 Task: gemm_relu
 Expect: whole_reference_fallback
 Device: cpu
-Status: pending
+Config: guards.require_custom_kernel=true
 
 A task that asks for a custom kernel is not solved by restating the reference in torch ops
 (KernelBench's custom-kernel check): this ModelNew is ``torch.addmm`` plus ``clamp_min``, a correct
-PyTorch program with no kernel of its own. ``static_checks.whole_reference_fallback`` implements
-the policy, but only when called with ``require_custom_kernel=True``; the evaluator runs the static
-pass without it and has no setting that asks for it, so nothing flags this candidate yet.
-Pending: an ``EvalConfig``/task-level "custom kernel required" switch passed to the static pass.
+PyTorch program with no kernel of its own. With ``guards.require_custom_kernel`` on, the static
+rule ``whole_reference_fallback`` (a policy rule) rejects it before it runs; without that
+setting the same program is a legitimate rewrite and earns what it measures.
 """
 
 import torch
