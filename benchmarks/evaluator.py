@@ -73,6 +73,7 @@ def precision(args: argparse.Namespace) -> list[dict]:
         )
         out.append(row)
     console.print(table)
+    console.print(_phase_line([r for row in out for r in row["runs"]]))
     passed = sum(r["passed"] for r in out)
     console.print(f"precision: {passed}/{len(out)} tasks meet the goal")
     return out
@@ -84,6 +85,7 @@ def _run_summary(res: EvalResult) -> dict:
     t = res.timing
     return {
         "ok": True,
+        "device_s": res.environment.get("device_s", {}),
         "speedup": t.speedup,
         "ci_low": t.ci_low,
         "ci_high": t.ci_high,
@@ -130,6 +132,10 @@ def throughput(args: argparse.Namespace) -> dict:
             "compile_s_max": max(compile_s),
             "device_s_sum": device_s,
         }
+        results[phase]["device_phases_s"] = phases = _phase_sums(
+            [r.environment.get("device_s", {}) for _, r in outcomes]
+        )
+        console.print(f"  {phase}: " + _phase_line([{"device_s": phases}]))
         table.add_row(phase, f"{wall:.1f}", f"{len(outcomes) / wall * 3600:.0f}", str(ok), str(len(outcomes) - ok),
                       f"{sum(compile_s):.1f}", f"{max(compile_s):.1f}", f"{device_s:.1f}")
     console.print(table)
@@ -151,6 +157,20 @@ def _self_table(outcomes: list[tuple[str, EvalResult]]) -> Table:
         table.add_row(label, f"{t.ref_median_ms:.4f}", f"{t.speedup:.4f}", f"[{t.ci_low:.4f}, {t.ci_high:.4f}]",
                       f"{100 * t.ci_half_width:.2f}", f"{len(t.ref_ms)} x {t.calls_per_sample}")
     return table
+
+
+def _phase_sums(per_run: list[dict]) -> dict[str, float]:
+    sums: dict[str, float] = {}
+    for phases in per_run:
+        for name, seconds in phases.items():
+            sums[name] = sums.get(name, 0.0) + seconds
+    return sums
+
+
+def _phase_line(runs: list[dict]) -> str:
+    """Where the device-held seconds went, summed over runs (Evaluation.phase)."""
+    sums = _phase_sums([r.get("device_s", {}) for r in runs])
+    return "device-held seconds by phase: " + ", ".join(f"{k} {v:.1f}" for k, v in sums.items())
 
 
 def _config(args: argparse.Namespace, *extra: str) -> EvalConfig:

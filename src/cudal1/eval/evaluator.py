@@ -105,6 +105,8 @@ class ReferenceWorker:
             self.process.request(
                 "load_task", source=self.task.source, name=self.task.name, path=self.task.path
             )
+            if self.device.startswith("cuda"):  # where the device lock is worth seconds
+                self.process.request("prewarm")
         except (RemoteError, WorkerError) as exc:
             self.error = f"reference: task {self.task.name!r} failed to load: {exc}"
             raise StageFailed(Stage.LOAD, self.error) from None
@@ -229,15 +231,16 @@ class Evaluation:
         seeds, init_args = self._seeds, self._init_args
         with self.stage(Stage.CORRECTNESS):
             f64 = self.config.tolerance.float64_reference
-            _ref(
-                ref.process,
-                "build",
-                cls="Model",
-                args=init_args,
-                seed=seeds.init,
-                device=self.device,
-                float64=f64,
-            )
+            with self.phase("reference_build"):
+                _ref(
+                    ref.process,
+                    "build",
+                    cls="Model",
+                    args=init_args,
+                    seed=seeds.init,
+                    device=self.device,
+                    float64=f64,
+                )
             self._check_correctness(ref, seeds)
         if self.failed:
             return
@@ -248,7 +251,19 @@ class Evaluation:
                 return
         # After timing: a probe that kills the candidate's process (a size-specialised kernel
         # reading out of bounds) then costs a finding, not the measurement.
-        probes.run_late_probes(self, ref, seeds.next(), init_args, seeds.init)
+        with self.phase("late_probes"):
+            probes.run_late_probes(self, ref, seeds.next(), init_args, seeds.init)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Seconds per phase of the device-held part, in ``environment["device_s"]``: what a
+        throughput figure is made of."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            spent = self.environment.setdefault("device_s", {})
+            spent[name] = round(spent.get(name, 0.0) + time.perf_counter() - start, 4)
 
     def _make_inputs(
         self,
@@ -327,8 +342,10 @@ class Evaluation:
         n = self.config.correctness_trials
         for trial in range(n):
             key = f"check{trial}"
-            self._make_inputs(ref, seeds.next(), key)
-            cmp = self._run_candidate(ref, key)
+            with self.phase("check_inputs"):
+                self._make_inputs(ref, seeds.next(), key)
+            with self.phase("check_calls"):
+                cmp = self._run_candidate(ref, key)
             if trial < n - 1:  # the last set stays for the sparse perturbation
                 self._forget(ref, [key])
             against = cmp.against
@@ -343,7 +360,8 @@ class Evaluation:
             scale = max(scale, cmp.scale)
         self.correctness = Correctness(n, n, worst_abs, worst_rel, scale, against, "", *precision.record())
         self.findings.extend(precision.findings())
-        probes.sparse_perturbation(self, ref, f"check{n - 1}", seeds.next())
+        with self.phase("perturbation"):
+            probes.sparse_perturbation(self, ref, f"check{n - 1}", seeds.next())
         self._forget(ref, [f"check{n - 1}"])
 
     def _forget(self, ref: ReferenceWorker, keys: list[str], slots: list[str] | None = None) -> None:
@@ -355,8 +373,9 @@ class Evaluation:
         assert self.cand is not None
         cfg = self.config.timing
         keys = [f"time{i}" for i in range(self.config.timing_input_sets)]
-        for key in keys:
-            self._make_inputs(ref, seeds.next(), key)
+        with self.phase("timing_inputs"):
+            for key in keys:
+                self._make_inputs(ref, seeds.next(), key)
         timing_args: dict[str, Any] = {
             "keys": keys,
             "flush_bytes": cfg.flush_l2_bytes,
@@ -374,14 +393,15 @@ class Evaluation:
                 )
             return None if cmp.ok else f"sample {sample}: timed output wrong: {cmp.message}"
 
-        outcome = measure_paired(
-            WorkerEndpoint(ref.process),
-            WorkerEndpoint(cand),
-            cfg,
-            len(keys),
-            check,
-            rng=random.Random(seeds.next()),
-        )
+        with self.phase("sampling"):
+            outcome = measure_paired(
+                WorkerEndpoint(ref.process),
+                WorkerEndpoint(cand),
+                cfg,
+                len(keys),
+                check,
+                rng=random.Random(seeds.next()),
+            )
         self.timing, findings = timing_verdict(outcome, self.device, cfg.clock_disagreement)
         self.findings.extend(findings)
         drift = reference_drift(
@@ -396,7 +416,8 @@ class Evaluation:
             self.findings.append(drift)
         if outcome.failures:
             raise StageFailed(Stage.TIMING, outcome.failures[0])
-        self._speed_of_light(ref, keys[0])
+        with self.phase("speed_of_light"):
+            self._speed_of_light(ref, keys[0])
 
     def _speed_of_light(self, ref: ReferenceWorker, key: str) -> None:
         """Speed-of-light percent for both sides, and the physical-limit gate on a GPU."""
