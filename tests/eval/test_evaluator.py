@@ -179,7 +179,7 @@ def test_a_slow_build_does_not_hold_the_device(task, fast_config, candidate):
     """ModelNew's constructor (where many CUDA-L1 kernels call load_inline) runs before the device
     is taken: a candidate that reaches the device later but builds fast is timed first."""
     sources = {
-        "slow_build": candidate("        return torch.relu(self.lin(x))", init_extra="        time.sleep(5)"),
+        "slow_build": candidate("        return torch.relu(self.lin(x))", init_extra="        time.sleep(6)"),
         "slow_import": "import time\ntime.sleep(1)\n" + candidate(RIGHT_BODY),
     }
     sources["slow_build"] = "import time\n" + sources["slow_build"]
