@@ -10,9 +10,9 @@ contrastive prompts, and what training and reports read afterwards. Hence:
 - every write is one transaction (``BEGIN IMMEDIATE``: the write lock is taken up front, so two
   writers queue on the busy timeout instead of deadlocking on a read-to-write upgrade);
   ``transaction()`` groups several writes (a round's samples) into one;
-- append-only, named migrations (the habit of simonw/llm): a ``migrations`` table records what
-  was applied, each migration runs inside its own transaction, and a file written by a newer
-  cudal1 is refused instead of silently misread;
+- append-only, named migrations (``cudal1.storage``, shared with the hacking-case database): a
+  ``migrations`` table records what was applied, each migration runs inside its own transaction,
+  and a file written by a newer cudal1 is refused instead of silently misread;
 - the same source is never evaluated twice for a task: a partial unique index on
   ``(task, source_hash)`` enforces what ``find_by_hash`` lets the loop check cheaply.
 
@@ -30,21 +30,19 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from cudal1.schema import EvalResult, Task, source_hash
+from cudal1.storage import Migration, connect, migrate, timestamp
 
 log = logging.getLogger(__name__)
 
-BUSY_TIMEOUT_MS = 30_000
-
 # Append-only: never edit or reorder an applied migration; add a new one at the end.
-MIGRATIONS: tuple[tuple[str, str], ...] = (
-    (
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
         "0001_candidates_runs_meta",
         """
         CREATE TABLE runs (
@@ -176,22 +174,6 @@ class TaskCounts:
     faster: int  # effective speedup > 1.01, the paper's "count over 1.01x"
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-def _statements(script: str) -> Iterator[str]:
-    """Split a migration script into statements (``executescript`` would commit mid-migration)."""
-    buf = ""
-    for line in script.splitlines(keepends=True):
-        buf += line
-        if sqlite3.complete_statement(buf):
-            yield buf.strip()
-            buf = ""
-    if buf.strip():
-        raise ValueError(f"incomplete SQL statement in migration: {buf.strip()[:80]!r}")
-
-
 class CandidateDB:
     """The run's candidate database. An instance may be shared between threads, and several
     instances (threads, processes) may open the same file: writers queue on the busy timeout."""
@@ -199,17 +181,10 @@ class CandidateDB:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # isolation_level="IMMEDIATE": the implicit BEGIN before a write takes the write lock at once.
-        self._conn = sqlite3.connect(
-            self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level="IMMEDIATE", check_same_thread=False
-        )
-        self._conn.row_factory = sqlite3.Row
-        self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA foreign_keys = ON")
+        self._conn = connect(self.path)
         self._lock = threading.RLock()
         self._depth = 0
-        self._migrate()
+        migrate(self._conn, MIGRATIONS, where=str(self.path))
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -222,32 +197,6 @@ class CandidateDB:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _migrate(self) -> None:
-        with self._lock, self._conn:
-            self._conn.execute(
-                "CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
-            )
-        applied = {r[0] for r in self._conn.execute("SELECT name FROM migrations")}
-        unknown = applied - {name for name, _ in MIGRATIONS}
-        if unknown:
-            raise RuntimeError(
-                f"{self.path}: written by a newer cudal1 (unknown migrations {sorted(unknown)})"
-            )
-        for name, sql in MIGRATIONS:
-            if name not in applied:
-                self._apply(name, sql)
-
-    def _apply(self, name: str, sql: str) -> None:
-        with self._lock, self._conn:
-            self._conn.execute("BEGIN IMMEDIATE")
-            # Another process may have applied it between our read and our lock.
-            if self._conn.execute("SELECT 1 FROM migrations WHERE name = ?", (name,)).fetchone():
-                return
-            for stmt in _statements(sql):
-                self._conn.execute(stmt)
-            self._conn.execute("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", (name, _now()))
-        log.info("applied migration %s to %s", name, self.path)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -282,7 +231,7 @@ class CandidateDB:
         """Record a run (or a resumption) with its resolved config; returns its id."""
         with self.transaction() as conn:
             cur = conn.execute(
-                "INSERT INTO runs (started_at, config, note) VALUES (?, ?, ?)", (_now(), config, note)
+                "INSERT INTO runs (started_at, config, note) VALUES (?, ?, ?)", (timestamp(), config, note)
             )
         return int(cur.lastrowid or 0)
 
@@ -335,7 +284,7 @@ class CandidateDB:
             "task_hash": task.hash,
             "source": source,
             "source_hash": source_hash(source),
-            "created_at": _now(),
+            "created_at": timestamp(),
             "status": status.value,
             **prov,
             **extra,
@@ -364,7 +313,7 @@ class CandidateDB:
             conn.execute(
                 "UPDATE candidates SET status = 'evaluated', result = ?, speedup = ?, correct = ?,"
                 " evaluated_at = ? WHERE id = ?",
-                (json.dumps(result.to_dict()), result.speedup, int(result.correct), _now(), cand_id),
+                (json.dumps(result.to_dict()), result.speedup, int(result.correct), timestamp(), cand_id),
             )
 
     def set_final(self, cand_id: int, final: bool = True) -> None:
@@ -385,7 +334,7 @@ class CandidateDB:
                 raise ValueError(f"round {round} of {task!r} still has {n} pending candidates")
             conn.execute(
                 "INSERT OR REPLACE INTO rounds (task, round, finished_at) VALUES (?, ?, ?)",
-                (task, round, _now()),
+                (task, round, timestamp()),
             )
 
     # -- reads -----------------------------------------------------------------------------------
