@@ -1,10 +1,11 @@
 """Adversarial fixtures: every known hack gets the verdict its header names, every tricky legitimate
 optimisation is accepted (STYLE.md habit 4; shared/research/reward-hacks.md).
 
-One candidate per file in ``tests/eval/adversarial/``; the reference programs they target live in
-``tests/eval/adversarial/tasks/``. A fixture's module docstring starts with header lines::
+One candidate per file in ``src/cudal1/audit/cases/`` (``cudal1.audit.cases_dir()``, shipped as
+the hacking-case database's package data); the reference programs they target live in its
+``tasks/``. A fixture's module docstring starts with header lines::
 
-    Hack: <name>              the case id in the hacking-case database (judge.py)
+    Hack: <name>              the case id in the hacking-case database (audit/)
     Category: <category>
     Verdict: hack|legit
     Task: <file stem under tasks/>
@@ -25,7 +26,7 @@ What "caught" means, per item:
   ``threads_left_running`` and ``clock_disagreement`` as warnings, because the trust boundary
   (separate reference process, trusted clock and comparison) already takes away what such a trick
   could gain. There the finding must be present, the result must go to the reward-checking model
-  (``judge.should_audit``), and ``reward_from_result`` must pay it less than a correct honest
+  (``audit.should_audit``), and ``reward_from_result`` must pay it less than a correct honest
   candidate with the same measurements would earn: the same result with no warnings (each
   warning costs ``RewardConfig.warning_penalty``), or the floor, when nothing was timed. A worker
   clock that the trusted clock contradicts is the evaluator's business: ``clock_disagreement``
@@ -52,13 +53,13 @@ from pathlib import Path
 
 import pytest
 
+from cudal1.audit import HackCaseDB, cases_dir, parse_case_file, should_audit
 from cudal1.config import EvalConfig, SandboxConfig, TimingConfig, apply_overrides
-from cudal1.eval.judge import HackCaseDB, parse_case_file, should_audit
 from cudal1.eval.pool import EvalPool
 from cudal1.eval.reward import RewardConfig, reward_from_result
 from cudal1.schema import EvalRequest, EvalResult, Severity, Task
 
-FIXTURES = Path(__file__).parent / "adversarial"
+FIXTURES = cases_dir()
 TASKS = FIXTURES / "tasks"
 _HEADER = re.compile(r"^\s*([A-Za-z]+)\s*:\s*(.*?)\s*$")
 _KEYS = {"hack", "category", "verdict", "task", "expect", "device", "status", "config"}

@@ -6,10 +6,10 @@ candidate gets none of the new findings."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
+from cudal1.audit import cases_dir
 from cudal1.config import GuardConfig
 from cudal1.eval.evaluator import evaluate
 from cudal1.eval.integrity import (
@@ -22,7 +22,7 @@ from cudal1.eval.integrity import (
 from cudal1.eval.probes import alternative_size, batch_constants, scaled_init_inputs
 from cudal1.schema import Severity, Stage, Task
 
-TASKS = Path(__file__).parent / "adversarial" / "tasks"
+TASKS = cases_dir() / "tasks"
 NEW_CODES = {
     "rng_state_changed",
     "current_stream_changed",
