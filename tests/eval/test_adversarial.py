@@ -56,8 +56,8 @@ import pytest
 from cudal1.audit import HackCaseDB, cases_dir, parse_case_file, should_audit
 from cudal1.config import EvalConfig, SandboxConfig, TimingConfig, apply_overrides
 from cudal1.eval.pool import EvalPool
-from cudal1.eval.reward import RewardConfig, reward_from_result
 from cudal1.schema import EvalRequest, EvalResult, Severity, Task
+from cudal1.train.reward import RewardConfig, reward_from_result
 
 FIXTURES = cases_dir()
 TASKS = FIXTURES / "tasks"

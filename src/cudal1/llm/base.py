@@ -22,8 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from cudal1.config import StrictConfig
 from cudal1.llm.ledger import CallRecord, Ledger
 
 log = logging.getLogger(__name__)
@@ -140,10 +141,8 @@ def split_reasoning(text: str) -> tuple[str | None, str]:
     return None, text
 
 
-class BackendOptions(BaseModel):
+class BackendOptions(StrictConfig):
     """Options every backend takes. Subclasses add their own; unknown keys are an error."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_concurrency: int = Field(8, ge=1, description="calls in flight at once, per backend")
     call_timeout_s: float | None = Field(

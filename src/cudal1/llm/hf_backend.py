@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from cudal1.config import Device
 from cudal1.llm.base import (
     BackendOptions,
     Completion,
@@ -40,7 +41,7 @@ Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 
 class HFOptions(BackendOptions):
     max_concurrency: int = Field(1, ge=1, description="calls admitted at once (generation is serialised)")
-    device: str = Field("auto", description="auto (first CUDA GPU, else CPU) | cpu | cuda | cuda:N")
+    device: Device = Field("auto", description="auto (first CUDA GPU, else CPU) | cpu | cuda | cuda:N")
     dtype: Dtype = Field("auto", description="weights dtype; auto: as saved in the model's config")
 
 

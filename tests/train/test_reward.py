@@ -7,8 +7,8 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from cudal1.eval.reward import RewardConfig, reward_from_result, smooth_group
 from cudal1.schema import Correctness, EvalResult, Finding, Severity, Stage, StageRecord, Timing
+from cudal1.train.reward import RewardConfig, reward_from_result, smooth_group
 
 CFG = RewardConfig()
 

@@ -1,24 +1,16 @@
-"""Configuration per stage: pydantic models with ``extra="forbid"`` so that a typo is an error.
-
-Configs load from YAML and accept ``key.sub=value`` overrides from the command line; the resolved
-config is saved with every run. Secrets are never stored: only the name of the environment
-variable that holds them.
-"""
+"""Configs of the evaluator: tolerances, timing, sandbox limits, behavioural guards, the pool."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from cudal1.config.base import Device, StrictConfig
 
 
-class ToleranceConfig(_Strict):
+class ToleranceConfig(StrictConfig):
     """Correctness tolerances by output dtype: |cand - ref| <= atol + rtol * |ref|.
 
     Defaults follow KernelBench's current fp32 tolerance (1e-4) and its half-precision one (1e-2).
@@ -37,7 +29,7 @@ class ToleranceConfig(_Strict):
     float64_reference: bool = Field(True, description="measure errors against a float64 reference run")
 
 
-class TimingConfig(_Strict):
+class TimingConfig(StrictConfig):
     """Paired, interleaved timing (shared/research/timing-and-anchors.md, section 2)."""
 
     warmup_calls: int = Field(3, ge=1, description="warm-up by count, per worker")
@@ -87,7 +79,7 @@ class TimingConfig(_Strict):
     )
 
 
-class SandboxConfig(_Strict):
+class SandboxConfig(StrictConfig):
     import_timeout_s: float = Field(600.0, gt=0, description="import + compile of the candidate source")
     call_timeout_s: float = Field(120.0, gt=0, description="any single request to a worker")
     memory_limit_gb: float | None = Field(
@@ -112,7 +104,7 @@ class SandboxConfig(_Strict):
     )
 
 
-class GuardConfig(_Strict):
+class GuardConfig(StrictConfig):
     """Behavioural guards run with the correctness stage (shared/research/reward-hacks.md):
     each costs at most one extra input set, and each one's finding is named in ``integrity``."""
 
@@ -148,8 +140,8 @@ class GuardConfig(_Strict):
     )
 
 
-class EvalConfig(_Strict):
-    device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
+class EvalConfig(StrictConfig):
+    device: Device = Field("auto", description="auto | cpu | cuda | cuda:N")
     correctness_trials: int = Field(5, ge=1, description="fresh input sets checked before timing")
     timing_input_sets: int = Field(3, ge=1, description="input sets rotated through timed calls")
     tolerance: ToleranceConfig = ToleranceConfig()
@@ -163,39 +155,9 @@ class EvalConfig(_Strict):
     guards: GuardConfig = GuardConfig()
 
 
-class PoolConfig(_Strict):
+class PoolConfig(StrictConfig):
     workers: int = Field(2, ge=1, description="candidates compiled and checked in parallel")
     spares: int = Field(1, ge=0, description="warm worker processes kept ready")
-    devices: tuple[str, ...] = Field((), description="devices to time on (default: the evaluator's device)")
-
-
-Format = Literal["yaml", "json"]
-
-
-def load_config(model: type[BaseModel], path: Path | None = None, overrides: list[str] | None = None) -> Any:
-    """Build ``model`` from an optional YAML file and ``a.b=value`` overrides (values parsed as YAML)."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{path}: expected a mapping at the top level")
-        data = loaded
-    return model.model_validate(apply_overrides(data, overrides or []))
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """``data`` (a config as a dict) with each ``a.b=value`` applied in place; returned."""
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"override {item!r}: expected key=value")
-        node = data
-        parts = key.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = yaml.safe_load(raw)
-    return data
-
-
-def dump_config(config: BaseModel) -> str:
-    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    devices: tuple[Device, ...] = Field(
+        (), description="devices to time on (default: the evaluator's device)"
+    )

@@ -1,0 +1,47 @@
+"""Every stage's config, on one strict base (``StrictConfig``: unknown keys are an error, frozen).
+
+Configs load from YAML and take ``a.b=value`` overrides through one mechanism
+(``load_config``/``apply_overrides``); the resolved config is saved with every run
+(``dump_config``). Finite choices are ``Literal``s checked at load. Secrets are never stored:
+only the name of the environment variable that holds them.
+"""
+
+from cudal1.config.base import Device, StrictConfig, apply_overrides, dump_config, load_config
+from cudal1.config.eval import (
+    EvalConfig,
+    GuardConfig,
+    PoolConfig,
+    SandboxConfig,
+    TimingConfig,
+    ToleranceConfig,
+)
+from cudal1.config.search import (
+    BudgetConfig,
+    ExemplarConfig,
+    FinalEvalConfig,
+    LLMConfig,
+    OptimizeConfig,
+    Size,
+)
+from cudal1.config.train import RewardConfig
+
+__all__ = [
+    "BudgetConfig",
+    "Device",
+    "EvalConfig",
+    "ExemplarConfig",
+    "FinalEvalConfig",
+    "GuardConfig",
+    "LLMConfig",
+    "OptimizeConfig",
+    "PoolConfig",
+    "RewardConfig",
+    "SandboxConfig",
+    "Size",
+    "StrictConfig",
+    "TimingConfig",
+    "ToleranceConfig",
+    "apply_overrides",
+    "dump_config",
+    "load_config",
+]

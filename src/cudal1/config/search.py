@@ -1,0 +1,115 @@
+"""Configs of the search: the proposing model, budgets, exemplar selection, the final
+re-evaluation, and ``OptimizeConfig``, which holds them all for one ``cudal1 optimize`` run."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from cudal1.config.base import StrictConfig
+from cudal1.config.eval import EvalConfig, PoolConfig
+
+Size = Literal["auto", "gpu", "cpu"]
+
+
+class ExemplarConfig(StrictConfig):
+    """How a contrastive prompt's earlier variants are chosen."""
+
+    k: int = Field(4, ge=1, description="variants shown per prompt (the failed one included)")
+    temperature: float = Field(
+        1.0, gt=0, description="softmax temperature on log-speedup within a bucket; small favours the fastest"
+    )
+    bucketing: Literal["edges", "quantiles"] = Field(
+        "edges", description="bucket by fixed speedup edges, or by quantiles of the task's speedups"
+    )
+    bucket_edges: tuple[float, ...] = Field(
+        (1.0, 1.25, 2.0), description="ascending speedup edges (bucketing='edges'); n edges make n+1 buckets"
+    )
+    quantile_buckets: int = Field(
+        4, ge=1, description="number of equal-count buckets (bucketing='quantiles')"
+    )
+    diversity_threshold: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="skip a variant whose token Jaccard similarity to a chosen one exceeds this",
+    )
+    include_failed: bool = Field(
+        False, description="show one failed variant with its error (the paper shows only scored variants)"
+    )
+
+
+class LLMConfig(StrictConfig):
+    """Which model proposes variants, and how it samples."""
+
+    spec: str | None = Field(
+        None, description="openai:MODEL | hf:PATH | scripted:FILE; None: the built-in baseline proposer only"
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="backend options (base_url, api_key_env, max_concurrency, ...), validated by the backend",
+    )
+    temperature: float = Field(1.0, ge=0, description="sampling temperature")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass")
+    max_tokens: int = Field(8192, ge=1, description="completion tokens per sample (analysis and code)")
+    preflight: bool = Field(
+        True,
+        description="one 1-token call before any work, so that a dead endpoint fails in seconds"
+        " (a scripted backend spends one reply on it)",
+    )
+
+
+class BudgetConfig(StrictConfig):
+    """Limits that stop the search cleanly; None: no limit. Work under way still finishes.
+
+    Token and cost limits stop LLM calls only (samples already paid for are still evaluated);
+    wall-clock and device-time limits stop evaluations as well.
+    """
+
+    max_tokens_total: int | None = Field(
+        None, ge=1, description="prompt + completion tokens of the whole run (every session)"
+    )
+    max_cost_usd: float | None = Field(
+        None, gt=0, description="LLM cost of the whole run, from the backend's price table"
+    )
+    max_gpu_seconds: float | None = Field(
+        None, gt=0, description="sum of load + correctness + timing stage seconds over the run's results"
+    )
+    max_wall_s: float | None = Field(None, gt=0, description="wall-clock seconds of this session's search")
+
+
+class FinalEvalConfig(StrictConfig):
+    """The strict re-evaluation of each task's best candidate, whose numbers the run reports.
+
+    The paper gives each task a long, randomised final measurement; this is the same idea with a
+    budget a run can afford: a longer timing stage and more fresh input sets than the search used.
+    """
+
+    enabled: bool = Field(True, description="re-evaluate each task's best candidate at the end")
+    timing_budget_s: float = Field(10.0, gt=0, description="timing-stage budget of the final evaluation")
+    correctness_trials: int = Field(10, ge=1, description="fresh input sets checked in the final evaluation")
+
+    def apply(self, config: EvalConfig) -> EvalConfig:
+        data = config.model_dump()
+        data["correctness_trials"] = self.correctness_trials
+        data["timing"]["budget_s"] = self.timing_budget_s
+        return EvalConfig.model_validate(data)
+
+
+class OptimizeConfig(StrictConfig):
+    """Everything ``cudal1 optimize`` does; saved as the run directory's ``config.yaml``."""
+
+    rounds: int = Field(2, ge=0, description="LLM rounds per task after the baseline round 0")
+    samples: int = Field(4, ge=1, description="completions per task per round (one prompt, n samples)")
+    exemplars: ExemplarConfig = Field(default_factory=ExemplarConfig, description="contrastive exemplars")
+    llm: LLMConfig = Field(default_factory=LLMConfig, description="the proposing model")
+    baseline_labels: tuple[str, ...] | None = Field(
+        None, description="built-in baselines seeded in round 0 (None: all that apply to the task)"
+    )
+    seed: int = Field(0, description="seed of exemplar selection (same seed, same prompts)")
+    budget: BudgetConfig = Field(default_factory=BudgetConfig, description="when to stop early")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="evaluation during the search")
+    pool: PoolConfig = Field(default_factory=PoolConfig, description="evaluation workers")
+    final: FinalEvalConfig = Field(default_factory=FinalEvalConfig, description="final re-evaluation")
+    size: Size = Field("auto", description="bundled-suite sizes when no task path is given (auto: by device)")

@@ -1,0 +1,1 @@
+"""Training: datasets from the candidate database, the RL reward, SFT / self-supervised / GRPO."""
