@@ -1,1 +1,3 @@
-"""Contrastive search: candidate database, prompts, reply parsing, exemplar selection, baselines."""
+"""Contrastive search: candidate database, prompts, reply parsing, exemplar selection, the
+built-in proposer (``proposer``), the per-task contrastive loop (``contrastive``), one
+optimisation run in its directory (``optimize``) and re-measurement of released records (``verify``)."""

@@ -18,10 +18,8 @@ import math
 import random
 import re
 from collections.abc import Sequence
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from cudal1.config import ExemplarConfig
 from cudal1.schema import Severity
 from cudal1.search.database import CandidateRow
 from cudal1.search.prompts import Exemplar
@@ -30,35 +28,6 @@ log = logging.getLogger(__name__)
 
 _TOKEN = re.compile(r"[A-Za-z_]\w*|\d+(?:\.\d+)?|\S")
 _MAX_NOTES = 3
-
-
-class ExemplarConfig(BaseModel):
-    """How a contrastive prompt's earlier variants are chosen."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    k: int = Field(4, ge=1, description="variants shown per prompt (the failed one included)")
-    temperature: float = Field(
-        1.0, gt=0, description="softmax temperature on log-speedup within a bucket; small favours the fastest"
-    )
-    bucketing: Literal["edges", "quantiles"] = Field(
-        "edges", description="bucket by fixed speedup edges, or by quantiles of the task's speedups"
-    )
-    bucket_edges: tuple[float, ...] = Field(
-        (1.0, 1.25, 2.0), description="ascending speedup edges (bucketing='edges'); n edges make n+1 buckets"
-    )
-    quantile_buckets: int = Field(
-        4, ge=1, description="number of equal-count buckets (bucketing='quantiles')"
-    )
-    diversity_threshold: float = Field(
-        0.9,
-        gt=0,
-        le=1,
-        description="skip a variant whose token Jaccard similarity to a chosen one exceeds this",
-    )
-    include_failed: bool = Field(
-        False, description="show one failed variant with its error (the paper shows only scored variants)"
-    )
 
 
 def _tokens(source: str) -> frozenset[str]:

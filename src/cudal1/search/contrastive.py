@@ -1,7 +1,10 @@
-"""The contrastive optimisation loop: propose, evaluate, remember, and ask again with the numbers.
+"""The per-task contrastive loop: propose, evaluate, remember, and ask again with the numbers.
 
-Per task, round 0 seeds the candidate database with the built-in baselines (``baselines.py``)
-and with the reference itself as a candidate labelled ``reference``: an A-vs-A measurement
+``Search`` runs it, ``Budget`` stops it, ``seed_candidates`` gives round 0 and ``choose_best`` picks
+what a task reports; ``optimize.py`` runs one ``Search`` session in a run directory.
+
+Per task, round 0 seeds the candidate database with the built-in proposer's baselines
+(``proposer.py``) and with the reference itself as a candidate labelled ``reference``: an A-vs-A measurement
 whose speedup should be 1.0, so that every other number of the task can be read against the
 evaluator's own noise on this machine. Each later round (only with an LLM) selects exemplars
 from what the task has, renders the contrastive prompt (the one-shot generation prompt while
@@ -33,17 +36,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, cast
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from cudal1.config import EvalConfig, PoolConfig
+from cudal1.config import BudgetConfig, OptimizeConfig
 from cudal1.eval.pool import EvalPool
 from cudal1.llm import BudgetExceeded, Completion, Ledger, LLMBackend, Message, SamplingParams
 from cudal1.schema import EvalRequest, EvalResult, Severity, Stage, Task
-from cudal1.search.baselines import baseline_candidates
 from cudal1.search.database import CandidateDB, CandidateRow, DuplicateSourceError, Provenance
-from cudal1.search.exemplars import ExemplarConfig, select_exemplars
+from cudal1.search.exemplars import select_exemplars
 from cudal1.search.parsing import extract
 from cudal1.search.prompts import prompt_hash, render_contrastive_prompt, render_generation_prompt
+from cudal1.search.proposer import baseline_candidates
 
 log = logging.getLogger(__name__)
 
@@ -52,87 +53,6 @@ REFERENCE_LABEL = "reference"
 DEVICE_STAGES = frozenset({Stage.LOAD, Stage.CORRECTNESS, Stage.TIMING})
 
 EventKind = Literal["run_start", "evaluated", "parse_failed", "round_done", "stopped", "final", "run_done"]
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class LLMConfig(_Frozen):
-    """Which model proposes variants, and how it samples."""
-
-    spec: str | None = Field(
-        None, description="openai:MODEL | hf:PATH | scripted:FILE; None: the built-in baseline proposer only"
-    )
-    options: dict[str, Any] = Field(
-        default_factory=dict,
-        description="backend options (base_url, api_key_env, max_concurrency, ...), validated by the backend",
-    )
-    temperature: float = Field(1.0, ge=0, description="sampling temperature")
-    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass")
-    max_tokens: int = Field(8192, ge=1, description="completion tokens per sample (analysis and code)")
-    preflight: bool = Field(
-        True,
-        description="one 1-token call before any work, so that a dead endpoint fails in seconds"
-        " (a scripted backend spends one reply on it)",
-    )
-
-
-class BudgetConfig(_Frozen):
-    """Limits that stop the search cleanly; None: no limit. Work under way still finishes.
-
-    Token and cost limits stop LLM calls only (samples already paid for are still evaluated);
-    wall-clock and device-time limits stop evaluations as well.
-    """
-
-    max_tokens_total: int | None = Field(
-        None, ge=1, description="prompt + completion tokens of the whole run (every session)"
-    )
-    max_cost_usd: float | None = Field(
-        None, gt=0, description="LLM cost of the whole run, from the backend's price table"
-    )
-    max_gpu_seconds: float | None = Field(
-        None, gt=0, description="sum of load + correctness + timing stage seconds over the run's results"
-    )
-    max_wall_s: float | None = Field(None, gt=0, description="wall-clock seconds of this session's search")
-
-
-class FinalEvalConfig(_Frozen):
-    """The strict re-evaluation of each task's best candidate, whose numbers the run reports.
-
-    The paper gives each task a long, randomised final measurement; this is the same idea with a
-    budget a run can afford: a longer timing stage and more fresh input sets than the search used.
-    """
-
-    enabled: bool = Field(True, description="re-evaluate each task's best candidate at the end")
-    timing_budget_s: float = Field(10.0, gt=0, description="timing-stage budget of the final evaluation")
-    correctness_trials: int = Field(10, ge=1, description="fresh input sets checked in the final evaluation")
-
-    def apply(self, config: EvalConfig) -> EvalConfig:
-        data = config.model_dump()
-        data["correctness_trials"] = self.correctness_trials
-        data["timing"]["budget_s"] = self.timing_budget_s
-        return EvalConfig.model_validate(data)
-
-
-class OptimizeConfig(_Frozen):
-    """Everything ``cudal1 optimize`` does; saved as the run directory's ``config.yaml``."""
-
-    rounds: int = Field(2, ge=0, description="LLM rounds per task after the baseline round 0")
-    samples: int = Field(4, ge=1, description="completions per task per round (one prompt, n samples)")
-    exemplars: ExemplarConfig = Field(default_factory=ExemplarConfig, description="contrastive exemplars")
-    llm: LLMConfig = Field(default_factory=LLMConfig, description="the proposing model")
-    baseline_labels: tuple[str, ...] | None = Field(
-        None, description="built-in baselines seeded in round 0 (None: all that apply to the task)"
-    )
-    seed: int = Field(0, description="seed of exemplar selection (same seed, same prompts)")
-    budget: BudgetConfig = Field(default_factory=BudgetConfig, description="when to stop early")
-    eval: EvalConfig = Field(default_factory=EvalConfig, description="evaluation during the search")
-    pool: PoolConfig = Field(default_factory=PoolConfig, description="evaluation workers")
-    final: FinalEvalConfig = Field(default_factory=FinalEvalConfig, description="final re-evaluation")
-    size: Literal["auto", "gpu", "cpu"] = Field(
-        "auto", description="bundled-suite sizes when no task path is given (auto: by device)"
-    )
 
 
 class ProgressCallback(Protocol):

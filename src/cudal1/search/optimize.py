@@ -1,12 +1,15 @@
-"""One optimisation run = one directory; ``optimize`` drives the loop in it and reports what it found.
+"""One optimisation run in its directory: start or resume it, run the contrastive search
+(``contrastive.Search``), re-evaluate each task's best, write the outputs, and read a run back.
 
 The run directory holds ``config.yaml`` (the resolved config), ``candidates.db`` (the state:
 every candidate, result, finished round, and the final re-evaluations), ``run.log``,
-``llm-calls.jsonl`` (one line per LLM call), ``best/<task>.py`` and ``summary.json``.
+``llm-calls.jsonl`` (one line per LLM call), ``best/<task>.py``, and ``summary.json`` (the
+report of a finished run, written by ``cudal1 optimize`` from ``report.runs``).
 Everything a resumed session or ``cudal1 runs show`` needs is read back from those files, so a
-killed run loses nothing that was already evaluated.
+killed run loses nothing that was already evaluated. ``optimize`` and ``load_run`` return a
+``RunRecord``: the run as its directory holds it, which ``report.runs`` summarises.
 
-After the search, each task's best candidate (``loop.choose_best``) is evaluated again under
+After the search, each task's best candidate (``contrastive.choose_best``) is evaluated again under
 the strict ``final`` budget, outside any search budget (one evaluation per task); the reported
 numbers are that evaluation's, and the candidate is marked ``final`` in the database.
 """
@@ -15,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import re
@@ -25,20 +27,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudal1.config import dump_config, load_config
+from cudal1.config import OptimizeConfig, dump_config, load_config
 from cudal1.eval.pool import EvalPool
 from cudal1.llm import CallRecord, Ledger, LLMBackend, Message, SamplingParams, create_backend
 from cudal1.schema import EvalRequest, EvalResult, Task
-from cudal1.search.database import CandidateDB, CandidateRow
-from cudal1.search.loop import (
+from cudal1.search.contrastive import (
     Budget,
-    OptimizeConfig,
     ProgressCallback,
     Search,
     choose_best,
     device_seconds,
     seed_candidates,
 )
+from cudal1.search.database import CandidateDB, CandidateRow, TaskCounts
 
 log = logging.getLogger(__name__)
 
@@ -51,52 +52,31 @@ class OptimizeError(Exception):
 
 
 @dataclass(frozen=True)
-class TaskSummary:
-    """A task's outcome; speedup, interval and times come from the final re-evaluation when ``final``."""
+class TaskRecord:
+    """What a run holds for one task; ``report.runs.summarize_run`` turns it into a summary row."""
 
-    task: str
+    name: str
     level: int
-    best_id: int | None
-    best_label: str | None
-    speedup: float | None
-    ci_low: float | None
-    ci_high: float | None
-    correct: bool
-    ref_ms: float | None
-    cand_ms: float | None
-    final: bool
-    search_speedup: float | None
-    evaluated: int
-    correct_count: int
-    parse_failed: int
-    pending: int
+    best: CandidateRow | None  # ``choose_best`` over the task's evaluated candidates
+    final: EvalResult | None  # the final re-evaluation of ``best``, when it has one
+    first_result: EvalResult | None  # the task's first stored result (its device, when ``best`` has none)
+    counts: TaskCounts
     rounds_done: int
 
 
 @dataclass(frozen=True)
-class RunSummary:
-    run_dir: str
-    llm: str | None
-    rounds: int
-    samples: int
-    device: str | None
-    gpu: str | None
-    llm_calls: int
-    prompt_tokens: int
-    completion_tokens: int
-    cost_usd: float
-    gpu_seconds: float
+class RunRecord:
+    """A run as its directory holds it: config, LLM spend, bookkeeping and every task's state."""
+
+    run_dir: Path
+    config: OptimizeConfig
+    llm: str | None  # the backend that ran (``prefix:model``), else the configured spec
+    ledger: dict[str, Any]  # ``ledger_totals`` of the run's ledger file
+    gpu_seconds: float  # ``device_seconds`` over every stored result
     wall_s: float
     stop_reason: str | None
     complete: bool
-    tasks: tuple[TaskSummary, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RunSummary:
-        return cls(**{**d, "tasks": tuple(TaskSummary(**t) for t in d["tasks"])})
+    tasks: tuple[TaskRecord, ...]
 
 
 # -- public entry points ---------------------------------------------------------------------------
@@ -110,7 +90,7 @@ def optimize(
     resume: bool = False,
     backend: LLMBackend | None = None,
     progress: ProgressCallback | None = None,
-) -> RunSummary:
+) -> RunRecord:
     """Search faster variants of ``tasks`` in ``run_dir`` and re-evaluate each task's best.
 
     ``backend`` overrides ``config.llm.spec`` (tests inject one); its calls are then recorded in
@@ -136,10 +116,10 @@ def optimize(
             wall = float(db.get_meta("wall_s") or 0) + time.monotonic() - started
             db.set_meta("wall_s", f"{wall:.3f}")
         db.set_meta("complete", "1")
-        summary = _write_outputs(run_dir, db, config)
+        record = _write_outputs(run_dir, db, config)
     if progress is not None:
-        progress("run_done", {"summary": summary.to_dict()})
-    return summary
+        progress("run_done", {"run_dir": str(run_dir)})
+    return record
 
 
 def load_run_config(run_dir: Path) -> OptimizeConfig:
@@ -156,12 +136,12 @@ def load_run_tasks(run_dir: Path) -> list[Task]:
         return [Task(**d) for d in _stored_tasks(db).values()]
 
 
-def load_run_summary(run_dir: Path) -> RunSummary:
-    """The run's summary, built from its database (so a running or killed run shows its progress)."""
+def load_run(run_dir: Path) -> RunRecord:
+    """The run as its directory holds it now (so a running or killed run shows its progress)."""
     run_dir = Path(run_dir)
     config = load_run_config(run_dir)
     with _open_db(run_dir) as db:
-        return build_summary(run_dir, db, config)
+        return read_run(run_dir, db, config)
 
 
 def ledger_totals(path: Path) -> dict[str, Any]:
@@ -436,75 +416,47 @@ def _safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip(".") or "task"
 
 
-def _write_outputs(run_dir: Path, db: CandidateDB, config: OptimizeConfig) -> RunSummary:
+def _write_outputs(run_dir: Path, db: CandidateDB, config: OptimizeConfig) -> RunRecord:
     best_dir = run_dir / BEST_DIR
     best_dir.mkdir(exist_ok=True)
-    summary = build_summary(run_dir, db, config)
-    for t in summary.tasks:
-        if t.best_id is not None:
-            (best_dir / f"{_safe_name(t.task)}.py").write_text(db.get(t.best_id).source, encoding="utf-8")
-    (run_dir / SUMMARY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n", encoding="utf-8")
-    return summary
+    record = read_run(run_dir, db, config)
+    for t in record.tasks:
+        if t.best is not None:
+            (best_dir / f"{_safe_name(t.name)}.py").write_text(t.best.source, encoding="utf-8")
+    return record
 
 
-# -- summary ---------------------------------------------------------------------------------------
+# -- reading a run back ----------------------------------------------------------------------------
 
 
-def _task_summary(db: CandidateDB, name: str, level: int) -> tuple[TaskSummary, EvalResult | None]:
-    best = choose_best(db.evaluated(name))
+def _task_record(db: CandidateDB, name: str, level: int) -> TaskRecord:
+    evaluated = db.evaluated(name)
+    best = choose_best(evaluated)
     final = _final_record(db, name)
-    is_final = best is not None and final is not None and final[0] == best.id
-    result = final[1] if is_final and final else (best.result if best else None)
-    timing = result.timing if result is not None and result.ok else None
-    counts = db.counts(name)
-    summary = TaskSummary(
-        task=name,
+    return TaskRecord(
+        name=name,
         level=level,
-        best_id=best.id if best else None,
-        best_label=best.label if best else None,
-        speedup=result.speedup if result else None,
-        ci_low=timing.ci_low if timing else None,
-        ci_high=timing.ci_high if timing else None,
-        correct=bool(result and result.correct),
-        ref_ms=timing.ref_median_ms if timing else None,
-        cand_ms=timing.cand_median_ms if timing else None,
-        final=is_final,
-        search_speedup=best.speedup if best else None,
-        evaluated=counts.evaluated,
-        correct_count=counts.correct,
-        parse_failed=counts.parse_failed,
-        pending=counts.pending,
+        best=best,
+        final=final[1] if best is not None and final is not None and final[0] == best.id else None,
+        first_result=next((r.result for r in evaluated if r.result), None),
+        counts=db.counts(name),
         rounds_done=db.rounds_done(name),
     )
-    return summary, result or next((r.result for r in db.evaluated(name) if r.result), None)
 
 
-def build_summary(run_dir: Path, db: CandidateDB, config: OptimizeConfig) -> RunSummary:
+def read_run(run_dir: Path, db: CandidateDB, config: OptimizeConfig) -> RunRecord:
     """The run as it stands in its database, ledger and config."""
     stored = _stored_tasks(db)
-    rows, results = [], []
-    for name, task in stored.items():
-        summary, result = _task_summary(db, name, int(task.get("level") or 0))
-        rows.append(summary)
-        if result is not None:
-            results.append(result)
-    ledger = ledger_totals(Path(run_dir) / LEDGER_FILE)
+    tasks = tuple(_task_record(db, name, int(task.get("level") or 0)) for name, task in stored.items())
     gpu_seconds = sum(device_seconds(r.result) for name in stored for r in db.evaluated(name) if r.result)
-    env = next((r for r in results if r.environment.get("gpu")), results[0] if results else None)
-    return RunSummary(
-        run_dir=str(run_dir),
+    return RunRecord(
+        run_dir=Path(run_dir),
+        config=config,
         llm=db.get_meta("llm") or config.llm.spec,
-        rounds=config.rounds,
-        samples=config.samples,
-        device=env.device if env else None,
-        gpu=env.environment.get("gpu") if env else None,
-        llm_calls=ledger["calls"],
-        prompt_tokens=ledger["prompt_tokens"],
-        completion_tokens=ledger["completion_tokens"],
-        cost_usd=ledger["cost_usd"],
+        ledger=ledger_totals(Path(run_dir) / LEDGER_FILE),
         gpu_seconds=gpu_seconds,
         wall_s=float(db.get_meta("wall_s") or 0.0),
         stop_reason=db.get_meta("stop_reason") or None,
         complete=db.get_meta("complete") == "1",
-        tasks=tuple(rows),
+        tasks=tasks,
     )

@@ -1,4 +1,4 @@
-"""Built-in baselines: self-contained sources that match the reference on CPU."""
+"""The built-in proposer's baselines: self-contained sources that match the reference on CPU."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from search_fixtures import GEMM_TASK
 
 from cudal1.schema import Task
-from cudal1.search.baselines import baseline_candidates
+from cudal1.search.proposer import baseline_candidates
 
 CONV_TASK = Task(
     name="conv_relu",

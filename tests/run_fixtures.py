@@ -1,0 +1,147 @@
+"""Helpers for tests that run ``optimize`` (library or command): CPU tasks, scripted replies, an
+OptimizeConfig with budgets small enough for CPU, progress recorders, loopback endpoints.
+
+Shared by tests/search and tests/cli (tests/ is on ``sys.path`` through its conftest); the two
+fixtures are imported into those directories' conftest files.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import socket
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from cudal1.config import OptimizeConfig
+from cudal1.llm import Message, SamplingParams, ScriptedBackend
+from cudal1.tasks import bundled_tasks
+
+TASKS = {t.name: t for t in bundled_tasks("cpu")}
+GELU, SUM = TASKS["5_gelu"], TASKS["6_sum_reduction"]
+PREFLIGHT = "Reply with OK."
+
+GOOD = """## Performance analysis
+GELU is memory-bound; one fused elementwise pass is all it needs.
+
+## Implementation
+```python
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return F.gelu(x)  # variant {i}
+```
+"""
+NO_CODE = "## Performance analysis\nThe reference is already optimal; I would not change it."
+TRUNCATED = "## Implementation\n```python\nimport torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.nn.functional.gelu(x"
+SYNTAX_ERROR = "```python\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module)\n    pass\n```\n"
+
+
+def fake_server_module() -> ModuleType:
+    """tests/llm/fake_openai_server.py, whether or not tests/llm is on sys.path."""
+    if "fake_openai_server" in sys.modules:
+        return sys.modules["fake_openai_server"]
+    path = Path(__file__).resolve().parent / "llm" / "fake_openai_server.py"
+    spec = importlib.util.spec_from_file_location("fake_openai_server", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fake_openai_server"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(autouse=True)
+def no_real_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    for var in ("NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(var, "127.0.0.1,localhost")
+
+
+@pytest.fixture
+def closed_port_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in update.items():
+        out[key] = (
+            _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
+    return out
+
+
+def config_data(tmp_path: Path, **update: Any) -> dict[str, Any]:
+    """An OptimizeConfig as YAML-able data, with evaluation budgets small enough for CPU tests."""
+    base = {
+        "rounds": 1,
+        "samples": 4,
+        "baseline_labels": [],
+        "size": "cpu",
+        "eval": {
+            "device": "cpu",
+            "correctness_trials": 2,
+            "build_cache": str(tmp_path / "builds"),
+            "timing": {
+                "warmup_ms": 1,
+                "min_samples": 3,
+                "max_samples": 6,
+                "budget_s": 0.5,
+                "bootstrap_resamples": 100,
+            },
+            "sandbox": {"call_timeout_s": 8, "import_timeout_s": 60},
+        },
+        "pool": {"workers": 2, "spares": 1},
+        "final": {"timing_budget_s": 0.5, "correctness_trials": 2},
+    }
+    return _merge(base, update)
+
+
+def fast_config(tmp_path: Path, **update: Any) -> OptimizeConfig:
+    return OptimizeConfig.model_validate(config_data(tmp_path, **update))
+
+
+def scripted(replies: Sequence[str]) -> ScriptedBackend:
+    """Replies in order (cycled), numbered into GOOD; the preflight call gets its own answer."""
+    cycle, counter = itertools.cycle(replies), itertools.count()
+
+    def reply(messages: Sequence[Message], params: SamplingParams) -> str:
+        if messages[-1].content == PREFLIGHT:
+            return "OK"
+        return next(cycle).replace("{i}", str(next(counter)))
+
+    return ScriptedBackend(reply)
+
+
+class Killed(Exception):
+    """Stands for a kill: raised from the progress callback, it aborts the run where it is."""
+
+
+class Recorder:
+    def __init__(self, kill_after: int | None = None) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.kill_after = kill_after
+
+    def __call__(self, kind: str, payload: dict[str, Any]) -> None:
+        self.events.append((kind, payload))
+        if self.kill_after is not None and self.count("evaluated") >= self.kill_after:
+            raise Killed("simulated kill")
+
+    def count(self, kind: str) -> int:
+        return sum(1 for k, _ in self.events if k == kind)

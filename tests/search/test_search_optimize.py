@@ -1,0 +1,156 @@
+"""One optimisation run end to end on CPU: scripted and fake-OpenAI LLMs, baselines only,
+budgets, kill and resume. Budgets are tiny: the point is the run's bookkeeping, not the numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from run_fixtures import (
+    GELU,
+    GOOD,
+    NO_CODE,
+    SUM,
+    SYNTAX_ERROR,
+    TRUNCATED,
+    Killed,
+    Recorder,
+    fake_server_module,
+    fast_config,
+    scripted,
+)
+
+from cudal1.llm import LLMError
+from cudal1.report.runs import summarize_run
+from cudal1.search.contrastive import REFERENCE_LABEL, choose_best
+from cudal1.search.optimize import OptimizeError, load_run, load_run_config, optimize
+
+# -- the loop, end to end ------------------------------------------------------------------------
+
+
+def test_scripted_loop_stores_results_failures_and_final(tmp_path: Path, open_db: Any) -> None:
+    run = tmp_path / "run"
+    cfg = fast_config(tmp_path, rounds=2, baseline_labels=["cudnn-benchmark"])
+    backend = scripted([GOOD, NO_CODE, TRUNCATED, SYNTAX_ERROR])
+    events = Recorder()
+    summary = summarize_run(optimize([GELU], run, cfg, backend=backend, progress=events))
+
+    db = open_db(run)
+    counts = db.counts(GELU.name)
+    # round 0: cudnn-benchmark + reference; rounds 1 and 2: one parseable reply of four each
+    assert (counts.evaluated, counts.parse_failed, counts.pending) == (4, 6, 0)
+    assert db.rounds_done(GELU.name) == 3
+    failures = db._query("SELECT * FROM candidates WHERE status = 'parse_failed'")
+    errors = " | ".join(r.parse_error or "" for r in failures)
+    assert "reply has no code block" in errors and "truncated" in errors and "expected ':'" in errors
+    llm_rows = [r for r in db.evaluated(GELU.name) if r.round > 0]
+    assert all(r.backend == "scripted" and r.prompt_hash and r.parent_ids for r in llm_rows)
+    # round 0 gave correct variants, so every LLM round was contrastive
+    assert all("measured speedups" in p[1].content for p in backend.prompts[1:])
+
+    finals = [r for r in db.evaluated(GELU.name) if r.final]
+    assert len(finals) == 1 and finals[0].id == choose_best(db.evaluated(GELU.name)).id  # type: ignore[union-attr]
+    task = summary.tasks[0]
+    assert task.final and task.correct and task.best_id == finals[0].id
+    assert task.speedup is not None and task.ci_low is not None and task.ref_ms is not None
+    assert (task.evaluated, task.parse_failed) == (4, 6)
+    assert summary.complete and summary.stop_reason is None and summary.llm == "scripted:reply"
+
+    assert (run / "best" / f"{GELU.name}.py").read_text() == finals[0].source
+    assert not (run / "summary.json").exists()  # the command writes it (tests/cli/test_cli_optimize.py)
+    assert load_run_config(run) == cfg
+    assert len((run / "llm-calls.jsonl").read_text().splitlines()) == 3  # preflight + 2 rounds
+    assert summary.llm_calls == 3 and summary.prompt_tokens > 0
+    assert "round 2: contrastive prompt" in (run / "run.log").read_text()
+    assert summarize_run(load_run(run)) == summary
+    kinds = {k for k, _ in events.events}
+    assert kinds == {"run_start", "evaluated", "parse_failed", "round_done", "final", "run_done"}
+
+
+def test_loop_against_fake_openai_server(tmp_path: Path, open_db: Any) -> None:
+    server = fake_server_module().FakeOpenAIServer(replies=[GOOD.replace("{i}", "0"), NO_CODE]).start()
+    try:
+        llm = {"spec": "openai:fake-model", "options": {"base_url": server.url, "max_retries": 0}}
+        cfg = fast_config(tmp_path, samples=2, llm=llm)
+        summary = summarize_run(optimize([GELU], tmp_path / "run", cfg))
+    finally:
+        server.close()
+    assert len(server.requests) == 2  # preflight + one round
+    assert server.requests[1]["n"] == 2 and server.requests[1]["model"] == "fake-model"
+    db = open_db(tmp_path / "run")
+    counts = db.counts(GELU.name)
+    assert (counts.evaluated, counts.parse_failed) == (2, 1)  # reference + one reply; one without code
+    assert {r.backend for r in db.evaluated(GELU.name) if r.round == 1} == {"openai"}
+    assert summary.llm == "openai:fake-model" and summary.llm_calls == 2
+    assert summary.prompt_tokens == 22  # the fake server's 11 per request
+    assert summary.tasks[0].final
+
+
+def test_dead_endpoint_fails_before_anything_is_written(tmp_path: Path, closed_port_url: str) -> None:
+    llm = {"spec": "openai:m", "options": {"base_url": closed_port_url, "max_retries": 0}}
+    with pytest.raises(LLMError, match="unreachable"):
+        optimize([GELU], tmp_path / "run", fast_config(tmp_path, llm=llm))
+    assert not (tmp_path / "run").exists()
+
+
+def test_kill_then_resume_evaluates_only_what_is_left(tmp_path: Path, open_db: Any) -> None:
+    run = tmp_path / "run"
+    cfg = fast_config(tmp_path, baseline_labels=["cudnn-benchmark", "cuda-graph"])
+    with pytest.raises(Killed):
+        optimize([GELU], run, cfg, progress=Recorder(kill_after=1))
+    db = open_db(run)
+    before = {r.id: r.evaluated_at for r in db.evaluated(GELU.name)}
+    pending = len(db.pending(GELU.name))
+    assert len(before) >= 1 and pending >= 1 and len(before) + pending == 3
+    killed = summarize_run(load_run(run))
+    assert not killed.complete and killed.tasks[0].pending == pending
+
+    with pytest.raises(OptimizeError, match="--resume"):
+        optimize([GELU], run, cfg)
+    events = Recorder()
+    summary = summarize_run(optimize([GELU], run, load_run_config(run), resume=True, progress=events))
+    assert events.count("evaluated") == pending
+    assert {r.id: r.evaluated_at for r in db.evaluated(GELU.name) if r.id in before} == before
+    assert db.counts(GELU.name).evaluated == 3 and db.rounds_done(GELU.name) == 1
+    assert summary.complete and summary.tasks[0].final
+
+    again = Recorder()
+    optimize([GELU], run, load_run_config(run), resume=True, progress=again)
+    assert again.count("evaluated") == again.count("final") == 0  # nothing left to do
+
+
+def test_baselines_only_gives_every_task_a_result(tmp_path: Path, open_db: Any) -> None:
+    run = tmp_path / "run"
+    summary = summarize_run(
+        optimize([GELU, SUM], run, fast_config(tmp_path, baseline_labels=["cudnn-benchmark"]))
+    )
+    db = open_db(run)
+    for task in (GELU, SUM):
+        labels = {r.label for r in db.evaluated(task.name)}
+        assert labels == {"cudnn-benchmark", REFERENCE_LABEL}
+        assert (run / "best" / f"{task.name}.py").is_file()
+    assert [t.task for t in summary.tasks] == [GELU.name, SUM.name]
+    assert all(t.final and t.correct and t.evaluated == 2 for t in summary.tasks)
+    assert summary.llm is None and summary.llm_calls == 0
+
+
+def test_wall_budget_stops_before_evaluating(tmp_path: Path, open_db: Any) -> None:
+    cfg = fast_config(tmp_path, budget={"max_wall_s": 1e-6})
+    events = Recorder()
+    summary = summarize_run(optimize([GELU], tmp_path / "run", cfg, progress=events))
+    assert summary.stop_reason == "max_wall_s" and summary.complete
+    assert events.count("stopped") == 1 and events.count("evaluated") == 0
+    db = open_db(tmp_path / "run")
+    assert db.counts(GELU.name).total == 0 and db.rounds_done(GELU.name) == 0
+    assert summary.tasks[0].best_id is None and not summary.tasks[0].final
+
+
+def test_token_budget_stops_further_rounds(tmp_path: Path) -> None:
+    backend = scripted([GOOD])
+    cfg = fast_config(tmp_path, rounds=3, samples=1, budget={"max_tokens_total": 100})
+    summary = summarize_run(optimize([GELU], tmp_path / "run", cfg, backend=backend))
+    assert backend.calls == 2  # preflight (4 tokens), then round 1 spends far more than 100
+    # the sample already paid for is still evaluated; no further round is sampled
+    assert summary.stop_reason == "max_tokens_total" and summary.tasks[0].rounds_done == 2
+    assert summary.tasks[0].evaluated == 2 and summary.tasks[0].pending == 0

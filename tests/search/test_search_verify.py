@@ -1,0 +1,22 @@
+"""Which records a verify run takes: level and name filters, a seeded sample, a limit."""
+
+from __future__ import annotations
+
+import pytest
+
+from cudal1.schema import Candidate, Task
+from cudal1.search.verify import Selection, select_records
+from cudal1.tasks import TaskError
+
+
+def test_selection_levels_sample_limit() -> None:
+    records = [(Task(f"t{i}", "", level=1 + i % 3), Candidate(f"t{i}", "src")) for i in range(30)]
+    picked = select_records(records, Selection(levels=frozenset({1, 2}), sample=8, seed=3))
+    assert len(picked) == 8 and all(t.level in (1, 2) for _, t, _ in picked)
+    assert [i for i, _, _ in picked] == sorted(i for i, _, _ in picked)
+    assert picked == select_records(records, Selection(levels=frozenset({1, 2}), sample=8, seed=3))
+    assert [i for i, _, _ in select_records(records, Selection(limit=3))] == [0, 1, 2]
+    named = select_records(records, Selection(names=frozenset({records[4][0].name, records[1][0].name})))
+    assert [i for i, _, _ in named] == [1, 4]
+    with pytest.raises(TaskError, match="no record named nope"):
+        select_records(records, Selection(names=frozenset({"nope"})))
