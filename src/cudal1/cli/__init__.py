@@ -1,0 +1,32 @@
+"""The command line: each command turns its options into a config, makes one library call, and
+maps the outcome to an exit code (codes, consoles and errors: ``cli.common``).
+
+One module per command: ``tasks`` (``tasks list``), ``eval_cmd`` (``eval``), ``verify``,
+``optimize`` and ``runs`` (``runs show``).
+"""
+
+from __future__ import annotations
+
+import typer
+
+from cudal1.cli.eval_cmd import eval_command
+from cudal1.cli.optimize import optimize_command
+from cudal1.cli.runs import runs_app
+from cudal1.cli.tasks import tasks_app
+from cudal1.cli.verify import verify_command
+
+app = typer.Typer(
+    help="cudal1: verified-faster PyTorch modules with LLM-written CUDA (an open CUDA-L1).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(tasks_app, name="tasks")
+app.command("eval")(eval_command)
+app.command("verify")(verify_command)
+app.command("optimize")(optimize_command)
+app.add_typer(runs_app, name="runs")
+
+
+def main() -> None:
+    app()

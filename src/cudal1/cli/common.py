@@ -1,0 +1,82 @@
+"""What every command shares: the consoles, exit codes, the bad-input error, logging set-up,
+task-set loading and config resolution. Commands print through ``console`` (results, on stdout)
+and ``err_console`` (errors, progress and log records, on stderr).
+
+Exit codes: 0 success; 1 the candidate failed a stage or is incorrect; 2 bad input (a missing or
+broken task, candidate, records file or run directory, a bad option or config, an unusable LLM
+spec or endpoint); 3 correct but rejected by an integrity finding; 130 interrupted (a run is
+resumable with ``--resume``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console
+from rich.logging import RichHandler
+
+from cudal1.config import Size, load_config
+from cudal1.eval.evaluator import resolve_device
+from cudal1.schema import Task
+from cudal1.tasks import TaskError, bundled_tasks, load_tasks
+
+console = Console()
+err_console = Console(stderr=True)
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_REJECTED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+C = TypeVar("C", bound=BaseModel)
+
+
+def bad_input(message: str) -> typer.Exit:
+    """Print ``message`` as an error; the caller raises the returned exit (code 2)."""
+    err_console.print(f"[red]error:[/red] {message}")
+    return typer.Exit(EXIT_BAD_INPUT)
+
+
+def setup_logging(verbose: bool) -> None:
+    """Warnings (INFO with -v) on stderr, above any progress display; a no-op where logging is
+    already configured. A run's own log file gets INFO regardless (``search.optimize``)."""
+    handler = RichHandler(
+        console=err_console, show_path=False, level=logging.INFO if verbose else logging.WARNING
+    )
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
+
+
+def resolve_config(
+    model: type[C], path: Path | None, overrides: list[str] | None, values: Mapping[str, Any] | None = None
+) -> C:
+    """``model`` from a YAML file (or defaults), then ``--set`` overrides, then the values of
+    explicit flags (``{"a.b": value}``; None: flag not given); a bad one is bad input."""
+    try:
+        return load_config(model, path, overrides or [], values)
+    except (ValueError, OSError) as exc:
+        raise bad_input(f"config: {exc}") from None
+
+
+def size_for(size: Size, device: str) -> Literal["gpu", "cpu"]:
+    """The bundled-suite size to load: as asked, or with ``auto`` by the device that will run it."""
+    if size != "auto":
+        return size
+    return "cpu" if resolve_device(device) == "cpu" else "gpu"
+
+
+def load_task_set(spec: str | None, size: Literal["gpu", "cpu"]) -> list[Task]:
+    """A path (task file, KernelBench directory, CUDA-L1 records) or, with no path, the bundled suite."""
+    if spec is None or spec == "bundled":
+        return bundled_tasks(size)
+    path = Path(spec)
+    if path.exists():
+        try:
+            return load_tasks(path)
+        except TaskError as exc:
+            raise bad_input(str(exc)) from None
+    named = [t for t in bundled_tasks(size) if spec in (t.name, f"level{t.level}/{t.name}")]
+    if len(named) == 1:
+        return named
+    raise bad_input(f"{spec}: no such file, and no bundled task of that name (see `cudal1 tasks list`)")

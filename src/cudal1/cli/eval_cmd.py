@@ -1,0 +1,67 @@
+"""``cudal1 eval``: one candidate against one task's reference, through the one evaluator.
+
+Named ``eval_cmd`` so that the module does not read as, or shadow, the ``cudal1.eval`` package.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cudal1.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_REJECTED,
+    bad_input,
+    console,
+    load_task_set,
+    resolve_config,
+    setup_logging,
+    size_for,
+)
+from cudal1.config import EvalConfig, Size
+from cudal1.eval.pool import evaluate
+from cudal1.report.terminal import render_eval_result
+from cudal1.schema import EvalResult
+
+
+def exit_code(result: EvalResult) -> int:
+    """0 accepted; 3 correct but rejected by a finding; 1 failed a stage or incorrect."""
+    if result.ok:
+        return EXIT_OK
+    if result.correct and result.rejected:
+        return EXIT_REJECTED
+    return EXIT_FAILED
+
+
+def eval_command(
+    task: Annotated[str, typer.Argument(help="task file (KernelBench format) or bundled task name")],
+    candidate: Annotated[Path, typer.Argument(help="candidate source defining ModelNew")],
+    device: Annotated[str | None, typer.Option(help="auto | cpu | cuda | cuda:N")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the full result as JSON")] = False,
+    size: Annotated[Size, typer.Option(help="bundled task size (auto: by device)")] = "auto",
+    config: Annotated[Path | None, typer.Option(help="YAML EvalConfig")] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="config override, e.g. timing.budget_s=5")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+) -> None:
+    """Compile, check and time one CANDIDATE against TASK's reference, in isolated workers."""
+    setup_logging(verbose)
+    cfg = resolve_config(EvalConfig, config, set_, {"device": device})
+    if not candidate.is_file():
+        raise bad_input(f"{candidate}: no such candidate file")
+    tasks = load_task_set(task, size_for(size, cfg.device))
+    if len(tasks) != 1:
+        raise bad_input(f"{task} holds {len(tasks)} tasks; name one file")
+    with console.status(f"evaluating {candidate.name} against {tasks[0].name}..."):
+        result = evaluate(tasks[0], candidate.read_text(), cfg)
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
+    else:
+        console.print(render_eval_result(result))
+    raise typer.Exit(exit_code(result))

@@ -1,0 +1,98 @@
+"""``cudal1 verify``: re-measure released records on this machine (``search.verify``), print a
+line per record as it finishes, then the tables; with ``--json``, write the report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cudal1.cli.common import bad_input, console, resolve_config, setup_logging
+from cudal1.config import EvalConfig
+from cudal1.report.verify import progress_line, render_rows, render_summary, report_json, summarize
+from cudal1.search.verify import Row, Selection, VerifyRun, rows_log_path, run_verify, write_json
+from cudal1.tasks import TaskError
+
+
+def _selection(
+    levels: list[str] | None, tasks: list[str] | None, sample: int | None, seed: int, limit: int | None
+) -> Selection:
+    try:
+        wanted = frozenset(int(x) for item in levels or [] for x in item.split(",") if x.strip())
+    except ValueError:
+        raise bad_input(f"--levels {levels}: expected level numbers, e.g. 1,2") from None
+    names = frozenset(x.strip() for item in tasks or [] for x in item.split(",") if x.strip())
+    return Selection(levels=wanted, names=names, sample=sample, seed=seed, limit=limit)
+
+
+def _echo(line: str) -> None:
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def verify_command(
+    records: Annotated[Path, typer.Argument(help="CUDA-L1 release file (JSON Lines) or a cudal1 export")],
+    device: Annotated[str | None, typer.Option(help="auto | cpu | cuda | cuda:N")] = None,
+    workers: Annotated[int, typer.Option(min=1, help="candidates compiled and checked in parallel")] = 4,
+    json_path: Annotated[
+        Path | None,
+        typer.Option("--json", help="write the full report here; rows stream to PATH's .rows.jsonl"),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="verify only the first N selected records")] = None,
+    sample: Annotated[
+        int | None, typer.Option(min=1, help="a random subset of N records (see --seed)")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="seed of --sample")] = 0,
+    levels: Annotated[list[str] | None, typer.Option(help="only these levels, e.g. --levels 1,2")] = None,
+    tasks: Annotated[
+        list[str] | None,
+        typer.Option(help="only these records, named as the table does, e.g. --tasks L2_4,L3_13"),
+    ] = None,
+    budget_s: Annotated[float | None, typer.Option(help="timing budget per record, seconds")] = None,
+    deadline_s: Annotated[
+        float | None, typer.Option(help="start no evaluation after this many seconds; the rest are 'not run'")
+    ] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML EvalConfig")] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="config override, e.g. timing.min_samples=5")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+) -> None:
+    """Re-measure every record's candidate against its reference on this machine.
+
+    Claimed speedups in RECORDS were measured elsewhere (another GPU, another evaluator). Each \
+candidate goes through the full evaluator (static checks, compile, correctness, paired timing, \
+integrity guards); a table puts claimed and measured speedup side by side with every finding. \
+Records without code ("None") are listed as "no code".
+
+    Selection: --levels and --tasks, then --sample, then --limit. With --json PATH, each finished row is \
+appended to PATH's .rows.jsonl at once, so a killed run loses nothing it finished; PATH itself \
+is written at the end.
+
+    Exit 0 when the run completes, whatever the verdicts (records left "not run" by --deadline-s \
+included); 2 for bad input.
+    """
+    setup_logging(verbose)
+    cfg = resolve_config(EvalConfig, config, set_, {"device": device, "timing.budget_s": budget_s})
+    if not records.is_file():
+        raise bad_input(f"{records}: no such records file")
+    selection = _selection(levels, tasks, sample, seed, limit)
+    try:
+        run = VerifyRun.load(records, selection, cfg)
+    except TaskError as exc:
+        raise bad_input(str(exc)) from None
+    _echo(f"verifying {len(run.chosen)} records from {records} ({run.with_code} with code) on {cfg.device}")
+
+    def on_row(row: Row) -> None:
+        _echo(progress_line(len(run.rows), len(run.chosen), row))
+
+    rows_log = rows_log_path(json_path) if json_path else None
+    try:
+        run_verify(run, workers=workers, rows_log=rows_log, deadline_s=deadline_s, on_row=on_row)
+    finally:  # also when interrupted: the report says so ("complete": false)
+        if json_path:
+            write_json(json_path, report_json(run))
+    console.print(render_rows(run.rows))
+    console.print(render_summary(summarize(run.rows)))
+    if json_path:
+        console.print(f"report: {json_path} (rows as they finished: {json_path.stem}.rows.jsonl)")
