@@ -205,7 +205,7 @@ def evaluations(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     class ByGroup(dict):
         def __missing__(self, group: Group) -> Evaluations:
             # One pool at a time: a CPU pool still evaluating would disturb GPU timing, and
-            # pools set the process's CPU affinity while they live.
+            # two pools would split the same cores between their timed pairs.
             for other in made.values():
                 other.close()
             mine = [fx for fx in selected if _group(fx) == group]

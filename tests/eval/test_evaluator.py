@@ -4,12 +4,12 @@ the wrong shape, are numerically wrong, and are right."""
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
 from cudal1.config import EvalConfig
-from cudal1.eval.evaluator import evaluate
-from cudal1.eval.pool import EvalPool
+from cudal1.eval.pool import EvalPool, evaluate
 from cudal1.schema import EvalRequest, EvalResult, Stage
 
 RIGHT_BODY = "        return torch.relu(self.lin(x))"
@@ -190,3 +190,34 @@ def test_a_slow_build_does_not_hold_the_device(task, fast_config, candidate):
             if res.ok
         ]
     assert order == ["slow_import", "slow_build"]
+
+
+def test_eval_reports_speed_of_light_for_both_sides(task, fast_config, candidate):
+    result = evaluate(task, candidate("        return torch.relu(self.lin(x))"), fast_config)
+    assert result.ok, result.error
+    sol = result.sol
+    assert sol is not None
+    assert sol.precision == "float32"
+    assert sol.flops == 2 * 16 * 32 * 32  # one 16x32 @ 32x32 matmul
+    assert sol.bytes_floor_ms > 0 and sol.flops_floor_ms > 0
+    assert sol.ref_percent > 0 and sol.cand_percent > 0
+    assert not [f for f in result.findings if f.code == "faster_than_memory_floor"]
+    again = EvalResult.from_dict(result.to_dict())
+    assert again.sol == sol
+
+
+def test_pool_pins_its_own_threads_never_its_caller(task, fast_config, candidate, monkeypatch):
+    """Where cores allow a timed pair of its own, the pool keeps its threads off those cores,
+    but the caller's threads (a trainer's, another pool's) stay where the caller put them."""
+    from cudal1.eval import pool as pool_module
+
+    caller = os.sched_getaffinity(0)
+    general = {min(caller)}
+    monkeypatch.setattr(pool_module, "_split_cpus", lambda devices: ({d: (0, 0) for d in devices}, general))
+    with EvalPool(fast_config, workers=1, spares=0) as pool:
+        result = pool.evaluate(task, candidate(RIGHT_BODY))
+        assert os.sched_getaffinity(0) == caller
+        mine = [t for t in threading.enumerate() if t.name.startswith("cudal1-eval")]
+        assert mine and all(os.sched_getaffinity(t.native_id) == general for t in mine)
+    assert result.ok, result.error
+    assert os.sched_getaffinity(0) == caller

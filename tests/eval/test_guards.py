@@ -11,15 +11,15 @@ import pytest
 
 from cudal1.audit import cases_dir
 from cudal1.config import GuardConfig
-from cudal1.eval.evaluator import evaluate
-from cudal1.eval.integrity import (
+from cudal1.eval.checks.integrity import (
     drift_finding,
     effective_precision,
     observation_findings,
     precision_finding,
     side_stream_findings,
 )
-from cudal1.eval.probes import alternative_size, batch_constants, scaled_init_inputs
+from cudal1.eval.checks.probes import alternative_size, batch_constants, scaled_init_inputs
+from cudal1.eval.pool import evaluate
 from cudal1.schema import Severity, Stage, Task
 
 TASKS = cases_dir() / "tasks"
@@ -114,52 +114,6 @@ def test_scoped_stream_is_fine_and_stream_attributes_are_listed_on_gpu(task, cfg
     assert "current_stream_changed" not in _codes(result)
     finding = next(f for f in result.findings if f.code == "side_streams")
     assert finding.severity is Severity.WARNING and finding.evidence["streams"] == ["model.s"]
-
-
-# -- poisoned free memory ---------------------------------------------------------------------
-POISON_PROBE = """
-import torch
-from cudal1.eval.worker import _poison
-shape, nbytes = (256, 256), 256 * 256 * 4
-for _ in range(3):  # glibc serves this size from the heap once a freed mmap raised its threshold
-    torch.empty(*shape)
-torch.ones(*shape)  # a freed block full of ones: what a stale-memory hack would read back
-if {poison}:
-    _poison(torch.device("cpu"), [nbytes])
-e = torch.empty(*shape)
-print(float(torch.isnan(e).float().mean()), float((e == 1).float().mean()))
-"""
-
-
-def test_poison_fills_the_block_the_allocator_hands_out_next():
-    """In a fresh process, as in a worker (pytest's own allocations make the heap unpredictable)."""
-    import subprocess
-    import sys
-
-    def run(poison: bool) -> tuple[float, float]:
-        out = subprocess.run(
-            [sys.executable, "-c", POISON_PROBE.format(poison=poison)],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        nan, ones = out.stdout.split()
-        return float(nan), float(ones)
-
-    # Unpoisoned, the block is often (not always: glibc may consolidate or trim it) the freed ones.
-    assert run(True)[0] > 0.99  # poisoned, it comes back NaN (but for the free list's pointers)
-
-
-@pytest.mark.gpu
-def test_poison_on_gpu():
-    import torch
-
-    from cudal1.eval.worker import _poison
-
-    dev = torch.device("cuda")
-    torch.ones(1024, 1024, device=dev)
-    _poison(dev, [1024 * 1024 * 4])
-    assert bool(torch.isnan(torch.empty(1024, 1024, device=dev)).all())
 
 
 DOUBLE = Task(

@@ -9,6 +9,10 @@ candidate worker and the task's reference worker -> the candidate worker is kill
 untrusted code); the reference worker stays for the task's next candidate. Only the checked and
 timed calls hold a device: on the CUDA-L1 release, where many kernels compile in ``__init__``,
 holding it through the build left the GPU idle most of the time.
+
+CPU placement: when the machine has cores to spare, each device's timed pair gets two cores of
+its own, and the pool's own threads and worker processes run on the rest. The pool pins only
+what it owns (its worker processes and its threads), never its caller's process.
 """
 
 from __future__ import annotations
@@ -22,14 +26,10 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from cudal1.config import EvalConfig
-from cudal1.eval.evaluator import (
-    Evaluation,
-    ReferenceWorker,
-    build_env,
-    default_build_cache,
-    resolve_device,
-)
-from cudal1.eval.sandbox import WorkerProcess
+from cudal1.eval.evaluator import Evaluation, resolve_device
+from cudal1.eval.process.protocol import Role
+from cudal1.eval.process.sandbox import WorkerProcess
+from cudal1.eval.workers import ReferenceWorker, build_env, default_build_cache
 from cudal1.schema import EvalRequest, EvalResult, Task
 
 log = logging.getLogger(__name__)
@@ -50,15 +50,19 @@ class SparePool:
     def _fill(self) -> None:
         with self._lock:
             while not self._closed and self._ready.qsize() < self.target:
-                self._ready.put(WorkerProcess(self.config.sandbox, role="candidate", cpus=self.cpus))
+                self._ready.put(WorkerProcess(self.config.sandbox, role=Role.CANDIDATE, cpus=self.cpus))
+
+    def _fill_in_background(self) -> None:
+        _pin_current_thread(self.cpus)
+        self._fill()
 
     def take(self) -> WorkerProcess:
         try:
             worker = self._ready.get_nowait()
         except queue.Empty:
-            worker = WorkerProcess(self.config.sandbox, role="candidate", cpus=self.cpus)
+            worker = WorkerProcess(self.config.sandbox, role=Role.CANDIDATE, cpus=self.cpus)
         if self.target:
-            threading.Thread(target=self._fill, daemon=True).start()
+            threading.Thread(target=self._fill_in_background, daemon=True).start()
         if not worker.alive:
             worker.close()
             return self.take()
@@ -84,14 +88,17 @@ class EvalPool:
         self._assigned = dict.fromkeys(self.devices, 0)  # requests past compile, per device
         self._assign_lock = threading.Lock()
         self._timing_cpus, self._general_cpus = _split_cpus(self.devices)
-        # This process's threads (and the threads it starts) keep off the timing cores too.
-        self._saved_affinity = os.sched_getaffinity(0)
-        if self._general_cpus:
-            os.sched_setaffinity(0, self._general_cpus)
         self._refs: dict[tuple[str, str], ReferenceWorker] = {}
         self._refs_lock = threading.Lock()
         self._spares = SparePool(config, spares, self._general_cpus)
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cudal1-eval")
+        # The pool's own threads (they talk to the workers and build nothing) keep off the timing
+        # cores too; the caller's threads stay where the caller put them.
+        self._executor = ThreadPoolExecutor(
+            max_workers=workers,
+            thread_name_prefix="cudal1-eval",
+            initializer=_pin_current_thread,
+            initargs=(self._general_cpus,),
+        )
         self.build_cache: Path = config.build_cache or default_build_cache()
 
     # -- public ---------------------------------------------------------------------------
@@ -99,7 +106,8 @@ class EvalPool:
         return self._executor.submit(self._run, request.task, request.source)
 
     def evaluate(self, task: Task, source: str) -> EvalResult:
-        return self._run(task, source)
+        """One evaluation, run on one of the pool's (pinned) threads."""
+        return self.submit(EvalRequest(task, source)).result()
 
     def evaluate_many(self, requests: Iterable[EvalRequest]) -> Iterator[tuple[EvalRequest, EvalResult]]:
         """Results in the order they finish."""
@@ -114,7 +122,6 @@ class EvalPool:
             for ref in self._refs.values():
                 ref.close()
             self._refs.clear()
-        os.sched_setaffinity(0, self._saved_affinity)
 
     def __enter__(self) -> EvalPool:
         return self
@@ -151,7 +158,7 @@ class EvalPool:
             ref = self._reference(task, device)
             if not ev.attach_reference(ref):
                 return
-            ev.run_load(ref)
+            ev.run_load()
             if ev.failed:
                 return
             with self._device_locks[device], ref.lock:
@@ -159,7 +166,7 @@ class EvalPool:
                 if pair and ev.cand is not None:
                     ref.process.pin({pair[0]})
                     ev.cand.pin({pair[1]})
-                ev.run_on_device(ref)
+                ev.run_on_device()
                 if pair and self._general_cpus:
                     ref.process.pin(self._general_cpus)
             if not ref.process.alive:
@@ -201,3 +208,15 @@ def _split_cpus(devices: list[str]) -> tuple[dict[str, tuple[int, int]], set[int
     # From the end: CPU 0 takes most interrupts.
     pairs = {d: (cpus[-1 - 2 * i], cpus[-2 - 2 * i]) for i, d in enumerate(devices)}
     return pairs, set(cpus[: len(cpus) - 2 * len(devices)])
+
+
+def _pin_current_thread(cpus: set[int] | None) -> None:
+    """Linux applies ``sched_setaffinity(0, ...)`` to the calling thread only."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+
+
+def evaluate(task: Task, source: str, config: EvalConfig | None = None) -> EvalResult:
+    """Evaluate one candidate: a pool of one, so that every caller shares one code path."""
+    with EvalPool(config or EvalConfig(), workers=1, spares=0) as pool:
+        return pool.evaluate(task, source)

@@ -6,9 +6,9 @@ import math
 import random
 
 from cudal1.config import TimingConfig
-from cudal1.eval import stats
-from cudal1.eval.integrity import timing_verdict as _timing_verdict
-from cudal1.eval.timing import measure_paired
+from cudal1.eval.checks.integrity import timing_verdict as _timing_verdict
+from cudal1.eval.timing import stats
+from cudal1.eval.timing.paired import measure_paired
 
 
 class FakeClock:

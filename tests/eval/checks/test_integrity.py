@@ -4,7 +4,7 @@ returns tensor subclasses is named for it."""
 
 from __future__ import annotations
 
-from cudal1.eval.evaluator import evaluate
+from cudal1.eval.pool import evaluate
 from cudal1.schema import Severity, Task
 
 IDENTITY_TASK = Task(
@@ -108,7 +108,7 @@ def test_honest_candidate_has_no_runtime_findings(task, fast_config, candidate):
 
 
 def test_observation_rules_without_workers():
-    from cudal1.eval.integrity import observation_findings
+    from cudal1.eval.checks.integrity import observation_findings
 
     clean = {
         "outputs": {"values": [{"__tensor__": 0, "type": "Tensor"}]},
@@ -154,7 +154,7 @@ def test_observation_rules_without_workers():
 
 
 def test_tf32_level_errors_are_the_task_precision_for_conv_references_on_cuda():
-    from cudal1.eval.integrity import precision_finding, reference_may_use_tf32
+    from cudal1.eval.checks.integrity import precision_finding, reference_may_use_tf32
 
     conv_task = "import torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.c = nn.Conv2d(3, 8, 3)\n"
     gemm_task = (
@@ -167,22 +167,3 @@ def test_tf32_level_errors_are_the_task_precision_for_conv_references_on_cuda():
     assert precision_finding(tf32_like, "float32", "task") is not None
     assert precision_finding(tf32_like, "float32", "task", tf32_default=True) is None
     assert precision_finding(2.0**16, "float32", "task", tf32_default=True) is not None  # bf16-like
-
-
-def test_torch_wrapping_its_own_functions_is_not_a_patch_but_a_replacement_is():
-    import subprocess
-    import sys
-
-    script = (
-        "from cudal1.eval.worker import global_state\n"
-        "global_state()\n"
-        "import torch._dynamo\n"  # wraps torch.manual_seed, as the first torch.compile does
-        "print(sorted(k for k in global_state() if k.startswith('ns:')))\n"
-        "import torch.nn.functional as F\n"
-        "F.gelu = lambda x, approximate='none': x\n"
-        "print(sorted(k for k in global_state() if k.startswith('ns:')))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
-    after_dynamo, after_patch = out.stdout.strip().splitlines()
-    assert after_dynamo == "[]"
-    assert after_patch == "['ns:torch.nn.functional.gelu']"

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from cudal1.eval.integrity import drift_finding
+from cudal1.eval.checks.integrity import drift_finding
 from cudal1.schema import Finding, Timing
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cudal1.config import TimingConfig
-from cudal1.eval import stats
+from cudal1.eval.timing import stats
 
 
 class Endpoint(Protocol):

@@ -7,7 +7,7 @@ import pickle
 import pytest
 import torch
 
-from cudal1.eval.wire import WireError, decode, digest, encode
+from cudal1.eval.process.wire import WireError, decode, digest, encode
 
 
 @pytest.mark.parametrize(

@@ -31,12 +31,28 @@ import sys
 import tempfile
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from cudal1.config import SandboxConfig
-from cudal1.eval.wire import WireError, decode, encode, header
+from cudal1.eval.process.protocol import Command, Role
+from cudal1.eval.process.wire import WireError, decode, encode, header
 
 log = logging.getLogger(__name__)
+
+
+CANDIDATE_ENTRY = "cudal1.eval.process.worker"
+
+
+class SandboxLimits(Protocol):
+    """What the launcher needs of a sandbox configuration (``config.SandboxConfig`` has it)."""
+
+    @property
+    def call_timeout_s(self) -> float: ...
+    @property
+    def memory_limit_gb(self) -> float | None: ...
+    @property
+    def cpu_time_limit_s(self) -> int | None: ...
+    @property
+    def keep_env(self) -> tuple[str, ...]: ...
 
 
 class WorkerError(RuntimeError):
@@ -59,12 +75,14 @@ class RemoteError(RuntimeError):
 class WorkerProcess:
     def __init__(
         self,
-        config: SandboxConfig,
+        config: SandboxLimits,
         *,
         extra_env: dict[str, str] | None = None,
-        role: str = "candidate",
+        role: Role = Role.CANDIDATE,
+        entry: str = CANDIDATE_ENTRY,
         cpus: set[int] | None = None,
     ) -> None:
+        """Start ``python -m ENTRY FD``: the candidate's server, or the one of the role named."""
         self.config = config
         self.role = role
         self.cpus = cpus
@@ -74,7 +92,7 @@ class WorkerProcess:
         env = self._environment(extra_env or {})
         with open(self.log_path, "wb") as logf:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "cudal1.eval.worker", str(child_sock.fileno())],
+                [sys.executable, "-m", entry, str(child_sock.fileno())],
                 cwd=self.dir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -92,7 +110,7 @@ class WorkerProcess:
 
     def _environment(self, extra: dict[str, str]) -> dict[str, str]:
         env = {k: os.environ[k] for k in self.config.keep_env if k in os.environ}
-        src_root = str(Path(__file__).resolve().parents[2])  # cudal1 importable when not installed
+        src_root = str(Path(__file__).resolve().parents[3])  # cudal1 importable when not installed
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH", "")) if p)
         env.update(
             HOME=str(self.dir),
@@ -127,26 +145,18 @@ class WorkerProcess:
             raise WorkerError("worker sent no ready message", kind="protocol")
         self.ready = True
 
-    def request(self, cmd: str, timeout: float | None = None, **args: Any) -> dict[str, Any]:
+    def request(self, cmd: Command, timeout: float | None = None, **args: Any) -> dict[str, Any]:
         """Send one command and wait for its reply; RemoteError if it raised in the worker."""
-        self.wait_ready()
-        try:
-            self.conn.send_bytes(encode({"cmd": cmd, **args}))
-        except OSError as exc:
-            raise self._died(f"while sending {cmd!r}: {exc}") from None
+        self._send(cmd, args)
         reply = self._receive(timeout if timeout is not None else self.config.call_timeout_s, cmd)
         if not reply.get("ok"):
             raise RemoteError(str(reply.get("error", "unknown error")), str(reply.get("traceback", "")))
         return reply
 
-    def request_raw(self, cmd: str, timeout: float | None = None, **args: Any) -> bytes:
+    def request_raw(self, cmd: Command, timeout: float | None = None, **args: Any) -> bytes:
         """Like ``request`` but returns the reply undecoded, for forwarding large outputs to the
         reference worker, which compares them; only the JSON header is read here."""
-        self.wait_ready()
-        try:
-            self.conn.send_bytes(encode({"cmd": cmd, **args}))
-        except OSError as exc:
-            raise self._died(f"while sending {cmd!r}: {exc}") from None
+        self._send(cmd, args)
         data = self._receive_bytes(timeout if timeout is not None else self.config.call_timeout_s, cmd)
         try:
             head = header(data)
@@ -158,11 +168,20 @@ class WorkerProcess:
             raise RemoteError(str(err), str(head.get("traceback", "")) if isinstance(head, dict) else "")
         return data
 
-    def send(self, cmd: str, **args: Any) -> None:
+    def send(self, cmd: Command, **args: Any) -> None:
         """Send without waiting, for a caller that times the round trip itself (see ``receive``)."""
-        self.conn.send_bytes(encode({"cmd": cmd, **args}))
+        self.conn.send_bytes(encode({"cmd": cmd.value, **args}))
 
-    def receive(self, cmd: str, timeout: float | None = None) -> dict[str, Any]:
+    def _send(self, cmd: Command, args: dict[str, Any]) -> None:
+        if not cmd.accepts(self.role):
+            raise ValueError(f"{cmd.value!r} is not a command for a {self.role} worker")
+        self.wait_ready()
+        try:
+            self.conn.send_bytes(encode({"cmd": cmd.value, **args}))
+        except OSError as exc:
+            raise self._died(f"while sending {cmd.value!r}: {exc}") from None
+
+    def receive(self, cmd: Command, timeout: float | None = None) -> dict[str, Any]:
         reply = self._receive(timeout if timeout is not None else self.config.call_timeout_s, cmd)
         if not reply.get("ok"):
             raise RemoteError(str(reply.get("error", "unknown error")), str(reply.get("traceback", "")))
@@ -243,7 +262,7 @@ class WorkerProcess:
         self.closed = True
         if self.proc.poll() is None:
             with contextlib.suppress(Exception):
-                self.conn.send_bytes(encode({"cmd": "exit"}))
+                self.conn.send_bytes(encode({"cmd": Command.EXIT.value}))
             if self._wait_exit(2.0) is None:
                 self.kill()
         else:

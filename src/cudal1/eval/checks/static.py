@@ -14,190 +14,34 @@ checks, and treat static hits as audit triggers").
 
 Why the AST and not regexes: KernelBench's regex checker rejects a legitimate kernel whose
 docstring says "pass" (reward-hacks.md). Names resolve through the source's own imports
-(``import torch.nn.functional as F``, ``from os import system``, ``cuda = torch.cuda``), so a
-word in a comment, a docstring or an unrelated local variable never triggers a rule.
+(``source_info``), so a word in a comment or a docstring never triggers a rule.
 """
 
 from __future__ import annotations
 
 import ast
-import builtins
 import inspect
 import logging
 import re
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
+from cudal1.eval.checks.source_info import (
+    MAX_SNIPPET,
+    SourceInfo,
+    assigned_attrs,
+    cuda_strings,
+    imported_modules,
+    is_self,
+    names,
+    under,
+    unique_nodes,
+)
 from cudal1.schema import Finding, Severity, Stage
 
 logger = logging.getLogger(__name__)
 
 _MAX_EVIDENCE = 10  # snippets kept per finding
-_MAX_SNIPPET = 200  # characters per snippet
-_BUILTIN_NAMES = frozenset(dir(builtins))
-
-
-def _names(text: str) -> frozenset[str]:
-    return frozenset(text.split())
-
-
-def _under(q: str | None, prefixes: Iterable[str]) -> bool:
-    """True if dotted name ``q`` is one of ``prefixes`` or lies inside one of them."""
-    return q is not None and any(q == p or q.startswith(p + ".") for p in prefixes)
-
-
-_SCOPES = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
-
-
-@dataclass
-class SourceInfo:
-    """A parsed candidate: tree, import aliases, parent links and resolved name references."""
-
-    text: str
-    tree: ast.Module
-    require_custom_kernel: bool = False
-    aliases: dict[str, str] = field(default_factory=dict)
-    parents: dict[ast.AST, ast.AST] = field(default_factory=dict)
-    refs: list[tuple[ast.AST, str]] = field(default_factory=list)
-    _scope_names: dict[int, set[str]] = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def parse(cls, text: str, *, require_custom_kernel: bool = False) -> SourceInfo:
-        info = cls(text, ast.parse(text), require_custom_kernel)
-        for node in ast.walk(info.tree):
-            for child in ast.iter_child_nodes(node):
-                info.parents[child] = node
-        info._collect_aliases()
-        info.refs = list(info._iter_refs())
-        return info
-
-    def _collect_aliases(self) -> None:
-        for node in ast.walk(self.tree):
-            if isinstance(node, ast.Import):
-                for a in node.names:
-                    root = a.name.split(".")[0]
-                    self.aliases[a.asname or root] = a.name if a.asname else root
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                for a in node.names:
-                    if a.name != "*":
-                        self.aliases[a.asname or a.name] = f"{node.module}.{a.name}"
-        for _ in range(2):  # `cuda = torch.cuda; ev = cuda.Event`: follow simple rebinding
-            for node in ast.walk(self.tree):
-                if isinstance(node, ast.Assign) and len(node.targets) == 1:
-                    target = node.targets[0]
-                    if isinstance(target, ast.Name) and target.id not in self.aliases:
-                        q = self.qual(node.value)
-                        if q is not None:
-                            self.aliases[target.id] = q
-
-    def qual(self, node: ast.AST) -> str | None:
-        """Dotted name of a Name/Attribute chain rooted in an import or a builtin, else None."""
-        parts: list[str] = []
-        while isinstance(node, ast.Attribute):
-            parts.append(node.attr)
-            node = node.value
-        if not isinstance(node, ast.Name):
-            return None
-        root = self.aliases.get(node.id)
-        if root is None:
-            if node.id not in _BUILTIN_NAMES or self._shadowed(node):
-                return None
-            root = f"builtins.{node.id}"
-        return ".".join([root, *reversed(parts)])
-
-    def _shadowed(self, name: ast.Name) -> bool:
-        """A builtin's name bound in an enclosing scope (``def f(open): ...``) is that binding."""
-        node: ast.AST | None = name
-        while node is not None:
-            node = self.parents.get(node)
-            if isinstance(node, _SCOPES) and name.id in self._bindings(node):
-                return True
-        return False
-
-    def _bindings(self, scope: ast.AST) -> set[str]:
-        if id(scope) not in self._scope_names:
-            names: set[str] = set()
-            body = getattr(scope, "body", [])
-            stack = list(body) if isinstance(body, list) else [body]
-            if isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-                a = scope.args
-                names |= {x.arg for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if x}
-            while stack:
-                n = stack.pop()
-                if isinstance(n, _SCOPES):
-                    names.add(getattr(n, "name", ""))
-                    continue  # a nested scope's bindings are its own
-                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                    names.add(n.id)
-                stack.extend(ast.iter_child_nodes(n))
-            self._scope_names[id(scope)] = names
-        return self._scope_names[id(scope)]
-
-    def _iter_refs(self) -> Iterator[tuple[ast.AST, str]]:
-        """Maximal resolvable name chains, plus every imported dotted name."""
-        stack: list[ast.AST] = [self.tree]
-        while stack:
-            node = stack.pop()
-            if isinstance(node, ast.Import):
-                yield from ((node, a.name) for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                yield node, node.module
-                yield from ((node, f"{node.module}.{a.name}") for a in node.names)
-            if isinstance(node, ast.Attribute | ast.Name):
-                q = self.qual(node)
-                if q is not None:
-                    yield node, q
-                    continue
-            stack.extend(ast.iter_child_nodes(node))
-
-    def refs_under(self, prefixes: Iterable[str]) -> list[ast.AST]:
-        return [node for node, q in self.refs if _under(q, prefixes)]
-
-    def calls(self) -> Iterator[tuple[ast.Call, str | None]]:
-        for node in ast.walk(self.tree):
-            if isinstance(node, ast.Call):
-                yield node, self.qual(node.func)
-
-    def is_with_item(self, node: ast.AST) -> bool:
-        parent = self.parents.get(node)
-        return isinstance(parent, ast.withitem) and parent.context_expr is node
-
-    def segment(self, node: ast.AST) -> str:
-        text = ast.get_source_segment(self.text, node) or ast.unparse(node)
-        first = text.splitlines()[0] if text else ""
-        return first if first == text and len(first) <= _MAX_SNIPPET else first[:_MAX_SNIPPET] + " ..."
-
-
-def _assigned_attrs(info: SourceInfo) -> Iterator[tuple[ast.AST, ast.expr, str]]:
-    """(statement or call, owner expression, attribute) for attribute stores and ``setattr``."""
-    for node in ast.walk(info.tree):
-        targets: list[ast.expr] = []
-        if isinstance(node, ast.Assign):
-            targets = list(node.targets)
-        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
-            targets = [node.target]
-        elif isinstance(node, ast.Call) and len(node.args) >= 2:
-            if info.qual(node.func) == "builtins.setattr":
-                owner, key = node.args[0], node.args[1]
-            elif isinstance(node.func, ast.Attribute) and node.func.attr == "__setattr__":
-                owner, key = node.func.value, node.args[0]
-            else:
-                continue
-            if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                yield node, owner, key.value
-        while targets:
-            t = targets.pop()
-            if isinstance(t, ast.Tuple | ast.List):
-                targets.extend(t.elts)
-            elif isinstance(t, ast.Starred):
-                targets.append(t.value)
-            elif isinstance(t, ast.Attribute):
-                yield node, t.value, t.attr
-
-
-def _is_self(owner: ast.expr) -> bool:
-    """Attributes of the candidate's own objects are not harness state."""
-    return isinstance(owner, ast.Name) and owner.id in {"self", "cls"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,11 +99,11 @@ def calls_reference_model(info: SourceInfo) -> list[ast.AST]:
     return hits
 
 
-_KERNEL_SOURCES = _names(
+_KERNEL_SOURCES = names(
     "triton torch.utils.cpp_extension torch.library torch.cuda.jiterator cupy numba.cuda pycuda cuda "
     "cutlass tilelang helion"
 )
-_ATEN_OPS = _names("torch.ops.aten torch.ops.prims torch.ops.prim torch.ops.quantized")
+_ATEN_OPS = names("torch.ops.aten torch.ops.prims torch.ops.prim torch.ops.quantized")
 
 
 @_rule("whole_reference_fallback", security=False, policy=True)
@@ -273,7 +117,7 @@ def whole_reference_fallback(info: SourceInfo) -> list[ast.AST]:
     if not info.require_custom_kernel:
         return []
     if any(
-        _under(q, _KERNEL_SOURCES) or (_under(q, ["torch.ops"]) and not _under(q, _ATEN_OPS))
+        under(q, _KERNEL_SOURCES) or (under(q, ["torch.ops"]) and not under(q, _ATEN_OPS))
         for _, q in info.refs
     ):
         return []
@@ -284,7 +128,7 @@ def whole_reference_fallback(info: SourceInfo) -> list[ast.AST]:
     return list(info.tree.body[:1])
 
 
-_FILE_NAMES = _names(
+_FILE_NAMES = names(
     "builtins.open io.open shutil pathlib tempfile glob fileinput mmap shelve dbm sqlite3 fcntl "
     "torch.save torch.load numpy.save numpy.savez numpy.load numpy.fromfile numpy.memmap pickle.load "
     "pickle.dump os.open os.fdopen os.remove os.unlink os.rmdir os.removedirs os.rename os.renames "
@@ -292,7 +136,7 @@ _FILE_NAMES = _names(
     "os.symlink os.link os.readlink os.path.exists os.path.isfile os.path.isdir os.path.getsize "
     "os.path.getmtime os.path.lexists"
 )
-_PATH_METHODS = _names("read_text write_text read_bytes write_bytes unlink rmdir touch symlink_to")
+_PATH_METHODS = names("read_text write_text read_bytes write_bytes unlink rmdir touch symlink_to")
 
 
 @_rule("file_access", security=True)
@@ -302,7 +146,7 @@ def file_access(info: SourceInfo) -> list[ast.AST]:
     A disk cache shared by the build and timing processes leaked answers (side-channel-io,
     reward-hacks.md); a candidate computes from its inputs and needs no files.
     """
-    hits = info.refs_under(_FILE_NAMES)
+    hits = info.refsunder(_FILE_NAMES)
     hits += [c for c, _ in info.calls() if isinstance(c.func, ast.Attribute) and c.func.attr in _PATH_METHODS]
     return hits
 
@@ -313,15 +157,15 @@ def network_access(info: SourceInfo) -> list[ast.AST]:
 
     Forbidden capability (reward-hacks.md): no kernel needs a socket.
     """
-    return info.refs_under(
-        _names(
+    return info.refsunder(
+        names(
             "socket ssl urllib urllib3 http requests httpx aiohttp ftplib smtplib telnetlib xmlrpc "
             "websocket websockets paramiko torch.hub asyncio.open_connection asyncio.start_server"
         )
     )
 
 
-_PROCESS_NAMES = _names(
+_PROCESS_NAMES = names(
     "subprocess pty multiprocessing torch.multiprocessing concurrent.futures.ProcessPoolExecutor "
     "os.system os.popen os.fork os.forkpty os.kill os.killpg"
 )
@@ -335,7 +179,7 @@ def subprocess_access(info: SourceInfo) -> list[ast.AST]:
     reward-hacks.md).
     """
     spawn = ("os.exec", "os.spawn", "os.posix_spawn")
-    return [n for n, q in info.refs if _under(q, _PROCESS_NAMES) or q.startswith(spawn)]
+    return [n for n, q in info.refs if under(q, _PROCESS_NAMES) or q.startswith(spawn)]
 
 
 @_rule("ctypes_access", security=True)
@@ -345,7 +189,7 @@ def ctypes_access(info: SourceInfo) -> list[ast.AST]:
     Native code can rewrite any Python object, the harness's timing lists included (harness-tamper:
     "Reject sys._getframe, inspect, gc and ctypes by policy", reward-hacks.md).
     """
-    return info.refs_under(_names("ctypes _ctypes cffi torch.ops.load_library torch.classes.load_library"))
+    return info.refsunder(names("ctypes _ctypes cffi torch.ops.load_library torch.classes.load_library"))
 
 
 @_rule("dynamic_code", security=True)
@@ -355,33 +199,27 @@ def dynamic_code(info: SourceInfo) -> list[ast.AST]:
     Every other rule reads the source; ``exec`` of a built string hides it from all of them.
     ``torch.compile`` resolves to ``torch.compile``, not to the builtin, and is fine.
     """
-    hits = info.refs_under(
-        _names(
+    hits = info.refsunder(
+        names(
             "builtins.exec builtins.eval builtins.compile builtins.__import__ importlib marshal "
             "types.CodeType types.FunctionType"
         )
     )
     for node in ast.walk(info.tree):
         if (isinstance(node, ast.Name) and node.id == "__builtins__") or (
-            isinstance(node, ast.Import | ast.ImportFrom) and "builtins" in _imported_modules(node)
+            isinstance(node, ast.Import | ast.ImportFrom) and "builtins" in imported_modules(node)
         ):
             hits.append(node)
     return hits
 
 
-def _imported_modules(node: ast.Import | ast.ImportFrom) -> set[str]:
-    if isinstance(node, ast.ImportFrom):
-        return {node.module or ""}
-    return {a.name for a in node.names}
-
-
-_FRAME_NAMES = _names(
+_FRAME_NAMES = names(
     "sys._getframe sys._current_frames sys.settrace sys.setprofile sys.modules threading.settrace "
     "threading.setprofile inspect.currentframe inspect.stack inspect.trace inspect.getouterframes "
     "inspect.getinnerframes inspect.getframeinfo gc.get_objects gc.get_referrers gc.get_referents "
     "traceback.walk_stack"
 )
-_FRAME_ATTRS = _names(
+_FRAME_ATTRS = names(
     "f_back f_locals f_globals f_code f_builtins tb_frame gi_frame cr_frame ag_frame __globals__ "
     "__code__ __closure__ __subclasses__"
 )
@@ -395,15 +233,15 @@ def frame_introspection(info: SourceInfo) -> list[ast.AST]:
     ``ref_out`` in a caller frame or the reference via gc; shrink-hyperparams rewrites the task
     through sys.modules (reward-hacks.md).
     """
-    hits = info.refs_under(_FRAME_NAMES)
+    hits = info.refsunder(_FRAME_NAMES)
     return hits + [n for n in ast.walk(info.tree) if isinstance(n, ast.Attribute) and n.attr in _FRAME_ATTRS]
 
 
-_TIMING_ATTRS = _names(
+_TIMING_ATTRS = names(
     "elapsed_time record synchronize perf_counter perf_counter_ns time time_ns monotonic "
     "monotonic_ns process_time Event current_stream default_stream"
 )
-_TIMING_ANY_OWNER = _names("elapsed_time perf_counter perf_counter_ns")
+_TIMING_ANY_OWNER = names("elapsed_time perf_counter perf_counter_ns")
 
 
 @_rule("timing_patch", security=True)
@@ -415,9 +253,9 @@ def timing_patch(info: SourceInfo) -> list[ast.AST]:
     """
     return [
         node
-        for node, owner, attr in _assigned_attrs(info)
-        if (attr in _TIMING_ATTRS and _under(info.qual(owner), ["torch", "time"]))
-        or (attr in _TIMING_ANY_OWNER and not _is_self(owner))
+        for node, owner, attr in assigned_attrs(info)
+        if (attr in _TIMING_ATTRS and under(info.qual(owner), ["torch", "time"]))
+        or (attr in _TIMING_ANY_OWNER and not is_self(owner))
     ]
 
 
@@ -427,19 +265,19 @@ def comparison_patch(info: SourceInfo) -> list[ast.AST]:
 
     checker-patch makes every comparison pass (reward-hacks.md).
     """
-    distinctive = _names("allclose isclose assert_close assert_allclose")
+    distinctive = names("allclose isclose assert_close assert_allclose")
     return [
         node
-        for node, owner, attr in _assigned_attrs(info)
-        if (attr in distinctive and not _is_self(owner))
-        or (attr in {"equal", "eq", "__eq__"} and _under(info.qual(owner), ["torch", "numpy"]))
+        for node, owner, attr in assigned_attrs(info)
+        if (attr in distinctive and not is_self(owner))
+        or (attr in {"equal", "eq", "__eq__"} and under(info.qual(owner), ["torch", "numpy"]))
     ]
 
 
-_FLAG_ATTRS = _names(
+_FLAG_ATTRS = names(
     "allow_tf32 fp32_precision allow_fp16_reduced_precision_reduction allow_bf16_reduced_precision_reduction"
 )
-_FLAG_CALLS = _names(
+_FLAG_CALLS = names(
     "torch.set_float32_matmul_precision torch.use_deterministic_algorithms torch.set_default_dtype "
     "torch.set_default_device torch.set_flush_denormal torch.set_num_threads "
     "torch.backends.cuda.enable_flash_sdp torch.backends.cuda.enable_mem_efficient_sdp "
@@ -458,14 +296,14 @@ def global_state_flags(info: SourceInfo) -> list[ast.AST]:
     """
     hits: list[ast.AST] = [
         node
-        for node, owner, attr in _assigned_attrs(info)
-        if _under(info.qual(owner), ["torch.backends"]) or (attr in _FLAG_ATTRS and not _is_self(owner))
+        for node, owner, attr in assigned_attrs(info)
+        if under(info.qual(owner), ["torch.backends"]) or (attr in _FLAG_ATTRS and not is_self(owner))
     ]
     for call, q in info.calls():
         q = q or ""
         scoped = q.startswith("torch.backends.") and q.rsplit(".", 1)[1] in {"flags", "sdp_kernel"}
         if (
-            _under(q, _FLAG_CALLS)
+            under(q, _FLAG_CALLS)
             or q.startswith("torch._C._set_")
             or (scoped and not info.is_with_item(call))
         ):
@@ -489,8 +327,8 @@ def _only_reports(stmt: ast.stmt, info: SourceInfo) -> bool:
     if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
         return False
     func = stmt.value.func
-    log_method = isinstance(func, ast.Attribute) and func.attr in _names("debug info warning error exception")
-    return log_method or _under(info.qual(func), ["logging", "warnings", "builtins.print"])
+    log_method = isinstance(func, ast.Attribute) and func.attr in names("debug info warning error exception")
+    return log_method or under(info.qual(func), ["logging", "warnings", "builtins.print"])
 
 
 @_rule("broad_exception_fallback", security=False)
@@ -512,8 +350,8 @@ def broad_exception_fallback(info: SourceInfo) -> list[ast.AST]:
     return hits
 
 
-_THREADS = _names("threading.Thread threading.Timer _thread.start_new_thread _thread.start_new")
-_STREAMS = _names("torch.cuda.Stream torch.cuda.streams.Stream torch.cuda.ExternalStream torch.Stream")
+_THREADS = names("threading.Thread threading.Timer _thread.start_new_thread _thread.start_new")
+_STREAMS = names("torch.cuda.Stream torch.cuda.streams.Stream torch.cuda.ExternalStream torch.Stream")
 
 
 def _joined(info: SourceInfo) -> tuple[bool, bool]:
@@ -537,10 +375,10 @@ def thread_or_stream(info: SourceInfo) -> list[ast.AST]:
     threads_joined, streams_joined = _joined(info)
     hits: list[ast.AST] = []
     for call, q in info.calls():
-        unjoined_thread = _under(q, _THREADS) and not threads_joined
-        unjoined_stream = _under(q, _STREAMS) and not streams_joined
+        unjoined_thread = under(q, _THREADS) and not threads_joined
+        unjoined_stream = under(q, _STREAMS) and not streams_joined
         loose_executor = (
-            _under(q, ["concurrent.futures"])
+            under(q, ["concurrent.futures"])
             and (q or "").endswith("Executor")
             and not info.is_with_item(call)
         )
@@ -548,11 +386,11 @@ def thread_or_stream(info: SourceInfo) -> list[ast.AST]:
             hits.append(call)
     for node in ast.walk(info.tree):
         if isinstance(node, ast.ClassDef) and not threads_joined:
-            hits += [b for b in node.bases if _under(info.qual(b), _THREADS)]
+            hits += [b for b in node.bases if under(info.qual(b), _THREADS)]
     return hits
 
 
-_TENSOR_BASES = _names("torch.Tensor torch.nn.Parameter torch.nn.parameter.Parameter torch._C.TensorBase")
+_TENSOR_BASES = names("torch.Tensor torch.nn.Parameter torch.nn.parameter.Parameter torch._C.TensorBase")
 
 
 @_rule("tensor_subclass_output", security=True)
@@ -567,7 +405,7 @@ def tensor_subclass_output(info: SourceInfo) -> list[ast.AST]:
         if isinstance(node, ast.ClassDef):
             quals = [info.qual(b) or "" for b in node.bases]
             if any(
-                _under(q, _TENSOR_BASES) or q.endswith(("TorchDispatchMode", "TorchFunctionMode"))
+                under(q, _TENSOR_BASES) or q.endswith(("TorchDispatchMode", "TorchFunctionMode"))
                 for q in quals
             ):
                 hits.append(node)
@@ -578,24 +416,15 @@ def tensor_subclass_output(info: SourceInfo) -> list[ast.AST]:
     return hits
 
 
-_LOW_PRECISION = _names(
+_LOW_PRECISION = names(
     "torch.float16 torch.half torch.bfloat16 torch.float8_e4m3fn torch.float8_e5m2 torch.float8_e4m3fnuz "
     "torch.float8_e5m2fnuz torch.autocast torch.amp.autocast torch.cuda.amp torch.cpu.amp"
 )
-_CUDA_HALF_TYPES = _names(
+_CUDA_HALF_TYPES = names(
     "__half half2 __half2 __nv_bfloat16 __nv_bfloat162 nv_bfloat16 __float2half __float2half_rn "
     "__float2bfloat16 __nv_fp8_e4m3 __nv_fp8_e5m2"
 )
 _C_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
-
-
-def _cuda_strings(info: SourceInfo) -> Iterator[tuple[ast.Constant, str]]:
-    """String constants holding CUDA code (``__global__``), docstrings and bare strings excluded."""
-    for node in ast.walk(info.tree):
-        if not isinstance(node, ast.Constant) or isinstance(info.parents.get(node), ast.Expr):
-            continue
-        if isinstance(node.value, str) and "__global__" in node.value:
-            yield node, node.value
 
 
 @_rule("precision_downgrade", security=False)
@@ -606,7 +435,7 @@ def precision_downgrade(info: SourceInfo) -> list[ast.AST]:
     reward-hacks.md). Legitimate for half-precision tasks, hence only a warning. CUDA strings
     are scanned, comments stripped, for half/bf16/fp8 types.
     """
-    hits = info.refs_under(_LOW_PRECISION)
+    hits = info.refsunder(_LOW_PRECISION)
     hits += [
         c
         for c, _ in info.calls()
@@ -615,21 +444,13 @@ def precision_downgrade(info: SourceInfo) -> list[ast.AST]:
     words = re.compile(r"\b\w+\b")
     return hits + [
         n
-        for n, code in _cuda_strings(info)
+        for n, code in cuda_strings(info)
         if _CUDA_HALF_TYPES & set(words.findall(_C_COMMENT.sub(" ", code)))
     ]
 
 
 # ---------------------------------------------------------------------------------------------
 # Entry point
-
-
-def _unique(nodes: list[ast.AST]) -> list[ast.AST]:
-    seen: dict[tuple[int, int, int, int], ast.AST] = {}
-    for n in nodes:
-        pos = ("lineno", "col_offset", "end_lineno", "end_col_offset")
-        seen.setdefault(tuple(getattr(n, a, 0) or 0 for a in pos), n)  # type: ignore[arg-type]
-    return [seen[k] for k in sorted(seen)]
 
 
 def _finding(rule: Rule, info: SourceInfo, nodes: list[ast.AST], strict: bool) -> Finding:
@@ -661,13 +482,13 @@ def run_static_checks(
         info = SourceInfo.parse(source, require_custom_kernel=require_custom_kernel)
     except (SyntaxError, ValueError, RecursionError) as exc:
         line = getattr(exc, "lineno", None) or 0
-        evidence = {"rule": "syntax_error", "lines": [line], "snippets": [str(exc)[:_MAX_SNIPPET]]}
+        evidence = {"rule": "syntax_error", "lines": [line], "snippets": [str(exc)[:MAX_SNIPPET]]}
         return [
             Finding("syntax_error", Severity.REJECT, Stage.STATIC, f"source does not parse: {exc}", evidence)
         ]
     findings = []
     for rule in RULES:
-        nodes = _unique(rule.check(info))
+        nodes = unique_nodes(rule.check(info))
         if nodes:
             findings.append(_finding(rule, info, nodes, strict))
     logger.debug("static checks: %s", [f.code for f in findings])

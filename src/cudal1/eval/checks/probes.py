@@ -28,27 +28,46 @@ from __future__ import annotations
 
 import ast
 import random
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from cudal1.eval.integrity import probe_finding
-from cudal1.eval.sandbox import RemoteError, WorkerError
-from cudal1.schema import Severity, Stage
-
-if TYPE_CHECKING:
-    from cudal1.eval.evaluator import Evaluation, ReferenceWorker
+from cudal1.config import EvalConfig
+from cudal1.eval.checks.compare import Comparison
+from cudal1.eval.checks.integrity import StageFailed, probe_finding
+from cudal1.eval.process.protocol import Command
+from cudal1.eval.process.sandbox import RemoteError, WorkerError
+from cudal1.schema import Finding, Severity, Stage, Task
 
 PERTURBED, SHAPES, INIT = "perturbed", "shapes", "init"
 
 
-def _note(ev: Evaluation, probe: str, **facts: Any) -> None:
+class ProbeTarget(Protocol):
+    """What a probe needs of an evaluation (``evaluator.Evaluation`` provides it)."""
+
+    task: Task
+    config: EvalConfig
+    findings: list[Finding]
+    environment: dict[str, Any]
+
+    def reference(self, cmd: Command, **args: Any) -> dict[str, Any]: ...
+    def candidate(self, cmd: Command, **args: Any) -> dict[str, Any]: ...
+    def reference_alive(self) -> bool: ...
+    def build_model(self, args: list[Any], seed: int, slot: str, *, candidate: bool) -> None: ...
+    def make_inputs(
+        self, seed: int, key: str, sizes: dict[str, int] | None = None, slot: str = "main"
+    ) -> None: ...
+    def check_inputs(self, want: list[Any], got: list[Any], key: str) -> None: ...
+    def run_reference(self, key: str, slot: str = "main") -> None: ...
+    def run_candidate(self, key: str, slot: str = "main", fresh: bool = True) -> Comparison: ...
+    def outputs_changed(self, key: str, other: str) -> tuple[bool, bool]: ...
+    def forget(self, keys: list[str], slots: list[str] | None = None) -> None: ...
+
+
+def _note(ev: ProbeTarget, probe: str, **facts: Any) -> None:
     ev.environment.setdefault("probes", {})[probe] = facts
 
 
-def sparse_perturbation(ev: Evaluation, ref: ReferenceWorker, key: str, seed: int) -> None:
+def sparse_perturbation(ev: ProbeTarget, key: str, seed: int) -> None:
     """Raises StageFailed (correctness) with an ``ignores_input_change`` finding on a miss."""
-    from cudal1.eval.evaluator import StageFailed
-
-    assert ev.cand is not None
     limit = ev.config.guards.perturbed_elements
     if limit == 0:
         return
@@ -59,8 +78,8 @@ def sparse_perturbation(ev: Evaluation, ref: ReferenceWorker, key: str, seed: in
         "count": 1 + random.Random(seed).randrange(limit),
     }
     try:
-        want = ref.process.request("perturb", **args)
-    except RemoteError as exc:
+        want = ev.reference(Command.PERTURB, **args)
+    except StageFailed as exc:
         _note(ev, "perturbation", skipped=f"reference could not perturb: {exc}")
         return
     if want["digest"] is None:
@@ -68,7 +87,7 @@ def sparse_perturbation(ev: Evaluation, ref: ReferenceWorker, key: str, seed: in
         return
     # The candidate first runs on the set's own tensors (no fresh copy), then sees the very same
     # tensors changed in place: a cache keyed on addresses, ids or shapes now returns stale data.
-    primed = ev._run_candidate(ref, key, fresh=False)
+    primed = ev.run_candidate(key, fresh=False)
     if not primed.ok:
         raise StageFailed(Stage.CORRECTNESS, f"input set at its stored address: {primed.message}")
     if any(f.code == "input_mutated" for f in ev.findings):
@@ -76,21 +95,22 @@ def sparse_perturbation(ev: Evaluation, ref: ReferenceWorker, key: str, seed: in
         # between the workers and read as tampered input generation; the mutation is the finding.
         _note(ev, "perturbation", skipped="the candidate mutates its inputs")
         return
-    ev._check_inputs(want["digest"], ev.cand.request("perturb", **args, in_place=True)["digest"], PERTURBED)
+    ev.check_inputs(want["digest"], ev.candidate(Command.PERTURB, **args, in_place=True)["digest"], PERTURBED)
     try:
-        ev._run_reference(ref, PERTURBED)
+        ev.run_reference(PERTURBED)
     except StageFailed as exc:
         _note(ev, "perturbation", skipped=str(exc))
-        ev._forget(ref, [PERTURBED])
+        ev.forget([PERTURBED])
         return
-    cmp = ev._run_candidate(ref, PERTURBED, fresh=False)
+    cmp = ev.run_candidate(PERTURBED, fresh=False)
+    reference_changed, candidate_changed = ev.outputs_changed(PERTURBED, key)
     facts = {
         "positions": want["positions"],
-        "reference_changed": ev._ref_digests.get(PERTURBED) != ev._ref_digests.get(key),
-        "candidate_changed": ev._cand_digests.get(PERTURBED) != ev._cand_digests.get(key),
+        "reference_changed": reference_changed,
+        "candidate_changed": candidate_changed,
     }
     _note(ev, "perturbation", ok=cmp.ok, **facts)
-    ev._forget(ref, [PERTURBED])
+    ev.forget([PERTURBED])
     if cmp.ok:
         return
     if facts["reference_changed"]:
@@ -107,25 +127,21 @@ def sparse_perturbation(ev: Evaluation, ref: ReferenceWorker, key: str, seed: in
     raise StageFailed(Stage.CORRECTNESS, f"sparsely perturbed input set: {cmp.message}")
 
 
-def run_late_probes(
-    ev: Evaluation, ref: ReferenceWorker, seed: int, init_args: list[Any], init_seed: int
-) -> None:
+def run_late_probes(ev: ProbeTarget, seed: int, init_args: list[Any], init_seed: int) -> None:
     """Alternative shapes, then perturbed init inputs; what goes wrong here is a finding or a note,
     never a failed stage (the measurement is already taken)."""
-    from cudal1.eval.evaluator import StageFailed
-
     rng = random.Random(seed)
     current = "shape_specialised"
     try:
         if ev.config.guards.alternative_shapes != "off":
-            alternative_shapes(ev, ref, rng.getrandbits(62), init_args, init_seed)
+            alternative_shapes(ev, rng.getrandbits(62), init_args, init_seed)
         current = "init_inputs_ignored"
         if ev.config.guards.init_inputs:
-            perturbed_init_inputs(ev, ref, rng.getrandbits(62), init_args, init_seed)
+            perturbed_init_inputs(ev, rng.getrandbits(62), init_args, init_seed)
     except StageFailed as exc:  # inputs tampered with: its REJECT finding is already recorded
         _note(ev, "late", stopped=str(exc))
     except WorkerError as exc:
-        if not ref.process.alive:
+        if not ev.reference_alive():
             _note(ev, "late", stopped=f"reference worker died: {exc}")
         else:  # the candidate's worker died or hung on a probe
             ev.findings.append(_probe_failure(ev, current, f"the candidate's worker failed: {exc}"))
@@ -148,32 +164,28 @@ def alternative_size(n: int) -> int:
     return m if m != n else n + 1
 
 
-def alternative_shapes(
-    ev: Evaluation, ref: ReferenceWorker, seed: int, init_args: list[Any], init_seed: int
-) -> None:
-    from cudal1.eval.evaluator import StageFailed
-
+def alternative_shapes(ev: ProbeTarget, seed: int, init_args: list[Any], init_seed: int) -> None:
     sizes = {k: alternative_size(v) for k, v in batch_constants(ev.task.source).items()}
     if not sizes:
         _note(ev, "shapes", skipped="the task has no module-level batch-size constant")
         return
     try:
         # The reference's timed model lost its float64 twin before timing; rebuild one beside it.
-        _build(ev, ref, init_args, init_seed, SHAPES, cand=False)
-        ev._make_inputs(ref, seed, SHAPES, sizes=sizes, slot=SHAPES)
+        ev.build_model(init_args, init_seed, SHAPES, candidate=False)
+        ev.make_inputs(seed, SHAPES, sizes=sizes, slot=SHAPES)
     except StageFailed as exc:
         if not exc.reference:
             raise
         _note(ev, "shapes", skipped=str(exc), sizes=sizes)
-        ev._forget(ref, [SHAPES], [SHAPES])
+        ev.forget([SHAPES], [SHAPES])
         return
     try:
-        cmp = ev._run_candidate(ref, SHAPES)
+        cmp = ev.run_candidate(SHAPES)
         problem = None if cmp.ok else cmp.message
     except RemoteError as exc:
         problem = str(exc)
     _note(ev, "shapes", sizes=sizes, ok=problem is None)
-    ev._forget(ref, [SHAPES], [SHAPES])
+    ev.forget([SHAPES], [SHAPES])
     if problem is not None:
         ev.findings.append(_probe_failure(ev, "shape_specialised", problem, sizes=sizes))
 
@@ -184,48 +196,33 @@ def scaled_init_inputs(args: list[Any]) -> list[Any] | None:
     return out if out != args else None
 
 
-def perturbed_init_inputs(
-    ev: Evaluation, ref: ReferenceWorker, seed: int, init_args: list[Any], init_seed: int
-) -> None:
-    from cudal1.eval.evaluator import StageFailed
-
+def perturbed_init_inputs(ev: ProbeTarget, seed: int, init_args: list[Any], init_seed: int) -> None:
     args = scaled_init_inputs(init_args)
     if args is None:
         _note(ev, "init_inputs", skipped="no nonzero float init input")
         return
     try:
-        _build(ev, ref, args, init_seed, INIT, cand=False)
-        ev._make_inputs(ref, seed, INIT, slot=INIT)
+        ev.build_model(args, init_seed, INIT, candidate=False)
+        ev.make_inputs(seed, INIT, slot=INIT)
     except StageFailed as exc:
         if not exc.reference:
             raise
         _note(ev, "init_inputs", skipped=str(exc), args=args)
-        ev._forget(ref, [INIT], [INIT])
+        ev.forget([INIT], [INIT])
         return
     try:
-        _build(ev, ref, args, init_seed, INIT, cand=True)
-        cmp = ev._run_candidate(ref, INIT, slot=INIT)
+        ev.build_model(args, init_seed, INIT, candidate=True)
+        cmp = ev.run_candidate(INIT, slot=INIT)
         problem = None if cmp.ok else cmp.message
     except RemoteError as exc:
         problem = str(exc)
     _note(ev, "init_inputs", args=args, ok=problem is None)
-    ev._forget(ref, [INIT], [INIT])
+    ev.forget([INIT], [INIT])
     if problem is not None:
         ev.findings.append(_probe_failure(ev, "init_inputs_ignored", problem, init_inputs=args))
 
 
-def _build(ev: Evaluation, ref: ReferenceWorker, args: list[Any], seed: int, slot: str, cand: bool) -> None:
-    from cudal1.eval.evaluator import _ref
-
-    common: dict[str, Any] = {"args": args, "seed": seed, "device": ev.device, "slot": slot}
-    if cand:
-        assert ev.cand is not None
-        ev.cand.request("build", cls="ModelNew", float64=False, **common)
-    else:
-        _ref(ref.process, "build", cls="Model", float64=ev.config.tolerance.float64_reference, **common)
-
-
-def _probe_failure(ev: Evaluation, code: str, problem: str, **evidence: Any) -> Any:
+def _probe_failure(ev: ProbeTarget, code: str, problem: str, **evidence: Any) -> Any:
     if code == "shape_specialised":
         severity = Severity.REJECT if ev.config.guards.alternative_shapes == "reject" else Severity.WARNING
         message = f"the candidate fails when the task's batch size changes: {problem}"

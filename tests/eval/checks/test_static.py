@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from cudal1.eval.static_checks import RULES, run_static_checks
+from cudal1.eval.checks.static import RULES, run_static_checks
 from cudal1.schema import Severity, Stage
 
 

@@ -5,17 +5,34 @@ shape, dtype and device type; its NaN/Inf pattern is the reference's; and its er
 float64 reference, measured in units of (atol + rtol*|ref|) for the output dtype, is at most
 ``max(1, factor * the float32 reference's own error)``. Without a float64 reference the float32
 reference is the target and the scale is 1.
+
+It runs in the trusted reference's worker process (``eval.reference_process``), next to the
+kept outputs, so it imports no configuration models: any object with the ``Tolerances``
+attributes will do (``config.ToleranceConfig``, or its fields sent over the wire).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
-from cudal1.config import ToleranceConfig
+
+class Tolerances(Protocol):
+    """Per-dtype atol = rtol, and how far the allowed error may follow the reference's own."""
+
+    @property
+    def fp32(self) -> float: ...
+    @property
+    def fp16(self) -> float: ...
+    @property
+    def bf16(self) -> float: ...
+    @property
+    def fp64(self) -> float: ...
+    @property
+    def reference_error_factor(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -32,7 +49,7 @@ class Comparison:
     dtype: str = ""
 
 
-def tolerance_for(dtype: torch.dtype, tol: ToleranceConfig) -> float:
+def tolerance_for(dtype: torch.dtype, tol: Tolerances) -> float:
     return {
         torch.float16: tol.fp16,
         torch.bfloat16: tol.bf16,
@@ -44,7 +61,7 @@ def compare_outputs(
     cand: dict[str, Any],
     ref: dict[str, Any],
     ref64: dict[str, Any] | None,
-    tol: ToleranceConfig,
+    tol: Tolerances,
     device_type: str,
 ) -> Comparison:
     cvals, rvals = cand["values"], ref["values"]
@@ -101,7 +118,7 @@ def _check_leaf_type(c: Any, r: Any, ctype: str, cdevice: str, device_type: str,
 
 
 def _leaf_error(
-    c: torch.Tensor, r: torch.Tensor, r64: torch.Tensor | None, tol: ToleranceConfig, where: str
+    c: torch.Tensor, r: torch.Tensor, r64: torch.Tensor | None, tol: Tolerances, where: str
 ) -> tuple[float, float, float, float | None] | str:
     if not (r.is_floating_point() or r.is_complex()):
         if not torch.equal(c, r):

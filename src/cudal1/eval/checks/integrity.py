@@ -8,14 +8,21 @@ from __future__ import annotations
 
 import ast
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from cudal1.eval import stats
-from cudal1.eval.timing import PairedOutcome
+from cudal1.eval.checks.compare import Comparison
+from cudal1.eval.timing import stats
+from cudal1.eval.timing.paired import PairedOutcome
 from cudal1.schema import Finding, Severity, Stage, Timing
 
-if TYPE_CHECKING:
-    from cudal1.eval.compare import Comparison
+
+class StageFailed(Exception):
+    """A stage of an evaluation failed; ``reference``: the task's reference, not the candidate."""
+
+    def __init__(self, stage: Stage, message: str, reference: bool = False) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.reference = reference
 
 
 def _finding(code: str, severity: Severity, message: str, evidence: dict[str, Any]) -> Finding:
@@ -295,7 +302,7 @@ def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tupl
     ref_gaps = [w - e for w, e in zip(out.ref_wall_ms, out.ref_ms, strict=True)]
     noise = stats.median([abs(g - ref_gap) for g in ref_gaps])
     # The 0.02 ms floor is host jitter per sample, so per call it shrinks with K: a per-call floor
-    # let a candidate forge any ratio for calls under ~25 us (adversarial/worker_tamper_forged_time).
+    # let a candidate forge any ratio for calls under ~25 us (audit/cases/worker_tamper_forged_time.py).
     threshold = max(disagreement * cand_ms, 4 * noise, 0.02 / max(out.calls_per_sample, 1))
     if excess > threshold:
         findings.append(

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from cudal1.eval.roofline import (
+from cudal1.eval.timing.speed_of_light import (
     DevicePeaks,
     Work,
     count_work,
@@ -65,7 +65,7 @@ def test_bfloat16_flops_by_dtype() -> None:
 
 
 def test_conv_linear_parameters_and_buffers_counted_once(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="cudal1.eval.roofline")
+    caplog.set_level(logging.INFO, logger="cudal1.eval.timing.speed_of_light")
     model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.Flatten(), nn.Linear(8 * 6 * 6, 4))
     model.eval()
     x = torch.randn(2, 3, 8, 8)
@@ -86,7 +86,7 @@ def test_same_tensor_twice_is_read_once() -> None:
 
 
 def test_meta_failure_falls_back_to_cpu(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="cudal1.eval.roofline")
+    caplog.set_level(logging.INFO, logger="cudal1.eval.timing.speed_of_light")
     model = NeedsValues()
     x = torch.randn(3, 8)
     work = count_work(model, [x])

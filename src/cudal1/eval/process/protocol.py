@@ -1,0 +1,83 @@
+"""The commands between the trusted side and a worker: one enum, shared by both ends.
+
+Each command names the roles that may receive it and the stage its failure counts against. A
+worker rejects a command its role does not take (a candidate worker never compares outputs,
+measures FLOPs or hands out init inputs: those are the trusted reference's), and a misspelt
+command is an error where it is written, not a run-time ``getattr`` miss.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from cudal1.schema import Stage
+
+
+class Role(StrEnum):
+    CANDIDATE = "candidate"  # imports one untrusted candidate; killed after its evaluation
+    REFERENCE = "reference"  # trusted: imports only task code, compares, serves many evaluations
+
+
+class Command(StrEnum):
+    HELLO = "hello"
+    DEVICE_INFO = "device_info"
+    LOAD_TASK = "load_task"
+    LOAD_CANDIDATE = "load_candidate"
+    INIT_INPUTS = "init_inputs"
+    MAKE_INPUTS = "make_inputs"
+    BUILD = "build"
+    RUN = "run"
+    PERTURB = "perturb"
+    COMPARE = "compare"
+    SET_TIMING_INPUTS = "set_timing_inputs"
+    WARMUP = "warmup"
+    PREPARE = "prepare"
+    TIME = "time"
+    FETCH_LAST = "fetch_last"
+    WORK = "work"
+    PREWARM = "prewarm"
+    PEAKS = "peaks"
+    FORGET = "forget"
+    PING = "ping"
+    EXIT = "exit"
+
+    @property
+    def roles(self) -> frozenset[Role]:
+        return _SPEC[self][0]
+
+    @property
+    def stage(self) -> Stage:
+        """The stage a failure of this command counts against."""
+        return _SPEC[self][1]
+
+    def accepts(self, role: Role) -> bool:
+        return role in self.roles
+
+
+_BOTH = frozenset(Role)
+_REF = frozenset({Role.REFERENCE})
+_CAND = frozenset({Role.CANDIDATE})
+
+_SPEC: dict[Command, tuple[frozenset[Role], Stage]] = {
+    Command.HELLO: (_BOTH, Stage.LOAD),
+    Command.DEVICE_INFO: (_REF, Stage.LOAD),
+    Command.LOAD_TASK: (_BOTH, Stage.COMPILE),
+    Command.LOAD_CANDIDATE: (_CAND, Stage.COMPILE),
+    Command.INIT_INPUTS: (_REF, Stage.LOAD),
+    Command.MAKE_INPUTS: (_BOTH, Stage.CORRECTNESS),
+    Command.BUILD: (_BOTH, Stage.LOAD),
+    Command.RUN: (_BOTH, Stage.CORRECTNESS),
+    Command.PERTURB: (_BOTH, Stage.CORRECTNESS),
+    Command.COMPARE: (_REF, Stage.CORRECTNESS),
+    Command.SET_TIMING_INPUTS: (_BOTH, Stage.TIMING),
+    Command.WARMUP: (_BOTH, Stage.TIMING),
+    Command.PREPARE: (_BOTH, Stage.TIMING),
+    Command.TIME: (_BOTH, Stage.TIMING),
+    Command.FETCH_LAST: (_CAND, Stage.TIMING),
+    Command.WORK: (_REF, Stage.TIMING),
+    Command.PREWARM: (_REF, Stage.LOAD),
+    Command.PEAKS: (_REF, Stage.TIMING),
+    Command.FORGET: (_BOTH, Stage.CORRECTNESS),
+    Command.PING: (_BOTH, Stage.TIMING),
+    Command.EXIT: (_BOTH, Stage.LOAD),
+}

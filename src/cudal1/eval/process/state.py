@@ -1,0 +1,164 @@
+"""What a candidate must leave as it found it, observed inside its worker.
+
+Process-wide settings (cuDNN and TF32 flags, the matmul precision, the current stream), the
+identity of every public torch function (a patched ``torch.allclose`` or timer shows here), the
+RNG state, streams a model holds, outputs that alias inputs or parameters, and the poisoning of
+free memory before a checked call. A candidate can forge any of this from inside its process, so
+it only ever adds findings (see ``checks.integrity``); verdicts come from the trusted side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from cudal1.eval.process.wire import flatten_outputs
+
+
+def global_state() -> dict[str, Any]:
+    """Process-wide settings and the identity of functions a timing or comparison hack patches."""
+    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+    state: dict[str, Any] = {
+        "cuda.current_stream": _current_stream(),  # integrity.CURRENT_STREAM
+        "cudnn.enabled": cudnn.enabled,
+        "cudnn.benchmark": cudnn.benchmark,
+        "cudnn.deterministic": cudnn.deterministic,
+        "cudnn.allow_tf32": cudnn.allow_tf32,
+        "matmul.allow_tf32": matmul.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+    patched = {
+        "torch.allclose": torch.allclose,
+        "torch.isclose": torch.isclose,
+        "torch.equal": torch.equal,
+        "torch.testing.assert_close": torch.testing.assert_close,
+        "torch.cuda.synchronize": torch.cuda.synchronize,
+        "torch.cuda.Event.record": torch.cuda.Event.record,
+        "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
+        "time.perf_counter": time.perf_counter,
+        "time.time": time.time,
+        "torch.nn.Module.__call__": torch.nn.Module.__call__,
+    }
+    state.update({f"id:{k}": id(v) for k, v in patched.items()})
+    # Every public function of torch, torch.nn.functional and torch.Tensor, against what it was
+    # when this worker started: only the replaced ones are listed, so the snapshot stays small.
+    # torch wraps some of its own on lazy imports (torch._dynamo wraps torch.manual_seed on the
+    # first torch.compile), so a wrapper whose __wrapped__ chain reaches the original is no change.
+    for label, owner, name, original in _watched():
+        now = getattr(owner, name, None)
+        if now is not original and not _wraps(now, original):
+            state[f"ns:{label}"] = id(now)
+    return state
+
+
+def _wraps(fn: Any, original: Any) -> bool:
+    for _ in range(8):
+        fn = getattr(fn, "__wrapped__", None)
+        if fn is None:
+            return False
+        if fn is original:
+            return True
+    return False
+
+
+_WATCHED: list[tuple[str, Any, str, Any]] = []
+
+
+def _watched() -> list[tuple[str, Any, str, Any]]:
+    """(label, owner, name, original): taken when the worker starts, before any candidate."""
+    if not _WATCHED:
+        for prefix, owner in (("torch", torch), ("torch.nn.functional", F), ("torch.Tensor", torch.Tensor)):
+            for name in dir(owner):
+                value = getattr(owner, name, None)
+                if not name.startswith("_") and callable(value) and not isinstance(value, type):
+                    _WATCHED.append((f"{prefix}.{name}", owner, name, value))
+    return _WATCHED
+
+
+def _current_stream() -> str:
+    """The current CUDA stream: "default" while it is the device's default stream (always so
+    before CUDA is initialised), else its handle."""
+    if not torch.cuda.is_initialized():
+        return "default"
+    current = torch.cuda.current_stream()
+    return "default" if current == torch.cuda.default_stream() else f"stream {current.cuda_stream:#x}"
+
+
+def rng_digest() -> list[str]:
+    """Hashes of the CPU generator's state and, once CUDA is initialised, every CUDA generator's
+    (reading them before initialisation would initialise CUDA). Not ``wire.digest``: one draw
+    moves two counters of the state by amounts whose sum is unchanged."""
+    states = [torch.get_rng_state()]
+    if torch.cuda.is_initialized():
+        states += list(torch.cuda.get_rng_state_all())
+    return [hashlib.sha256(s.numpy().tobytes()).hexdigest()[:16] for s in states]
+
+
+def side_streams(candidate: Any, model: Any) -> list[str]:
+    """Names of CUDA streams the candidate's module or its model's submodules hold as attributes."""
+    found = []
+    owners = [("module", vars(candidate))] if candidate is not None else []
+    if isinstance(model, torch.nn.Module):
+        owners += [(name or "model", vars(m)) for name, m in model.named_modules()]
+    for owner, attrs in owners:
+        for attr, value in list(attrs.items()):
+            values = value if isinstance(value, list | tuple) else [value]
+            if any(isinstance(v, torch.cuda.Stream) for v in values):
+                found.append(f"{owner}.{attr}")
+    return found
+
+
+def poison(device: torch.device, sizes: list[int], copies: int = 3, limit: int = 2**30) -> None:
+    """Fill the memory the allocator hands out next with all-ones bytes (NaN in every float dtype,
+    -1 in every integer one), so an output the candidate never wrote (``torch.empty``, a partial
+    write) fails the comparison instead of showing whatever a freed block held. Blocks sized like
+    the reference's outputs are filled and freed: CUDA's caching allocator gives such a block to the
+    next request of that size (after ``empty_cache``, only poisoned blocks are cached); glibc gives
+    the last freed chunk, and a second round lands on the heap once the first raised its mmap
+    threshold. Best effort: CPU blocks over glibc's largest mmap threshold (32 MiB) come fresh
+    from the kernel, zero-filled, and nothing stops a candidate allocating elsewhere."""
+    sizes = [n for n in sizes if n > 0][:16]
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        rounds, copies = 1, 2
+    else:
+        rounds = 2
+    if sum(sizes) * copies > limit:
+        return
+    for _ in range(rounds):
+        blocks = [
+            torch.full((n,), 255, dtype=torch.uint8, device=device) for n in sizes for _ in range(copies)
+        ]
+        del blocks
+
+
+def state_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
+    return {k: [before.get(k), after.get(k)] for k in after if before and before.get(k) != after.get(k)}
+
+
+def aliases(out: Any, inputs: list[Any], model: Any) -> list[str]:
+    """Output leaves whose memory overlaps an input's or a parameter's."""
+
+    def span(t: torch.Tensor) -> tuple[int, int]:
+        st = t.untyped_storage()
+        return st.data_ptr(), st.data_ptr() + st.nbytes()
+
+    owned = [("input", x) for x in inputs if isinstance(x, torch.Tensor)]
+    if isinstance(model, torch.nn.Module):
+        owned += [("parameter", p) for p in model.parameters()] + [("buffer", b) for b in model.buffers()]
+    found = []
+    for i, leaf in enumerate(flatten_outputs(out)):
+        if not isinstance(leaf, torch.Tensor) or leaf.numel() == 0:
+            continue
+        lo, hi = span(leaf)
+        for kind, t in owned:
+            tlo, thi = span(t)
+            if t.numel() and lo < thi and tlo < hi:
+                found.append(f"output {i} shares memory with a {kind}")
+                break
+    return found

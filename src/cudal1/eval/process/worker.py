@@ -1,0 +1,408 @@
+"""The worker process: runs one side of an evaluation.
+
+Started by ``sandbox.WorkerProcess`` with a scrubbed environment, resource limits and a private
+working directory; it talks over a socket with ``wire`` messages and answers the ``protocol``
+commands its role accepts. ``CandidateServer`` (this module's ``main``) imports exactly one
+candidate and is killed afterwards; the trusted reference's server (``eval.reference_process``)
+extends ``WorkerServer`` with the commands only the trusted side may run.
+
+Nothing a candidate worker says is trusted by the evaluator: the candidate can rewrite any of
+this module once its code is imported. The evaluator compares the outputs in the reference's
+process, keeps its own clock, and checks the digests reported inside the timed window against
+fetched outputs.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cudal1.eval.process import state
+from cudal1.eval.process.protocol import Command, Role
+from cudal1.eval.process.threadwatch import ThreadWatch
+from cudal1.eval.process.wire import decode, digest, encode, flatten_outputs
+from cudal1.schema import Task
+from cudal1.tasks.source import import_task_module
+
+CANDIDATE_FILE = Path("candidate.py")
+
+Handler = Callable[..., dict[str, Any]]
+
+
+class WorkerServer:
+    """The commands both roles answer: task code, inputs, models, checked calls and timing."""
+
+    role: Role
+
+    def __init__(self) -> None:
+        self.module: Any = None  # the task's module (both workers: inputs come from it)
+        self.model: Any = None
+        self.inputs: dict[str, list[Any]] = {}
+        self.state0: dict[str, Any] = {}
+        self.device = torch.device("cpu")
+        self.timing_sets: list[list[Any]] = []
+        self.last_output: Any = None
+        self.flush_buffer: torch.Tensor | None = None
+        self.lead_cycles = 0
+        self.slots: dict[str, Any] = {}  # probe models beside the main one
+
+    def handlers(self) -> dict[Command, Handler]:
+        return {
+            Command.HELLO: self.hello,
+            Command.LOAD_TASK: self.load_task,
+            Command.MAKE_INPUTS: self.make_inputs,
+            Command.BUILD: self.build,
+            Command.PERTURB: self.perturb,
+            Command.SET_TIMING_INPUTS: self.set_timing_inputs,
+            Command.WARMUP: self.warmup,
+            Command.PREPARE: self.prepare,
+            Command.TIME: self.time,
+            Command.FORGET: self.forget,
+            Command.PING: lambda: {},
+        }
+
+    # -- both roles ----------------------------------------------------------------------
+    def hello(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "python": sys.version.split()[0],
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "cuda_available": torch.cuda.is_available(),
+        }
+
+    def load_task(self, source: str, name: str, path: str | None = None) -> dict[str, Any]:
+        self.module = import_task_module(Task(name, source, path=path))
+        # Before any candidate code runs here: the state a candidate must leave as it found it.
+        self.state0 = state.global_state()
+        return {}
+
+    def make_inputs(self, seed: int, key: str, sizes: dict[str, int] | None = None) -> dict[str, Any]:
+        """Inputs from the task's own get_inputs under ``seed``, kept on the device under ``key``.
+        Both workers make them, so that large inputs never travel between processes. ``sizes``
+        rebinds the task's module-level size constants for this one call (alternative shapes)."""
+        torch.manual_seed(seed)
+        with _module_constants(self.module, sizes or {}):
+            inputs = [to_device(x, self.device) for x in self.module.get_inputs()]
+        self.inputs[key] = inputs
+        return {"digest": [digest(x) if isinstance(x, torch.Tensor) else None for x in inputs]}
+
+    def build(self, args: list[Any], seed: int, device: str, slot: str = "main") -> dict[str, Any]:
+        """Build the model (``slot`` "main"), or a probe's second model beside it (another slot)."""
+        self.device = torch.device(device)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        else:
+            torch.set_num_threads(1)  # CPU timing: one core per side, so the pair does not contend
+        torch.manual_seed(seed)
+        model = self.model_class()(*args)
+        model = model.to(self.device) if isinstance(model, torch.nn.Module) else model
+        self.keep_model(slot, model)
+        return self.built(model)
+
+    def model_class(self) -> Any:
+        raise NotImplementedError
+
+    def keep_model(self, slot: str, model: Any) -> None:
+        if slot == "main":
+            self.model = model
+        else:
+            self.slots[slot] = model
+
+    def built(self, model: Any) -> dict[str, Any]:
+        return {}
+
+    def model_in(self, slot: str) -> Any:
+        return self.model if slot == "main" else self.slots[slot]
+
+    def perturb(
+        self, key: str, new_key: str, seed: int, count: int, in_place: bool = False
+    ) -> dict[str, Any]:
+        """A copy of input set ``key`` with ``count`` elements of its first floating tensor moved
+        far (by 1 + 3 standard deviations), at positions drawn from ``seed``. Both workers make it;
+        the candidate's ``in_place``: same tensors, same addresses, new values, so a result cache
+        keyed on the address (primed by a call on ``key``) returns a stale output."""
+        inputs = [x if in_place or not isinstance(x, torch.Tensor) else x.clone() for x in self.inputs[key]]
+        target = next((x for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()), None)
+        if target is None or target.numel() == 0:
+            return {"digest": None, "positions": []}
+        gen = torch.Generator().manual_seed(seed)
+        positions = torch.randint(0, target.numel(), (count,), generator=gen)
+        flat = target.view(-1) if target.is_contiguous() else target.reshape(-1)
+        step = 1.0 + 3.0 * float(target.float().std()) if target.numel() > 1 else 1.0
+        flat[positions.to(target.device)] += step
+        if not target.is_contiguous():
+            target.copy_(flat.view(target.shape))
+        self.inputs[new_key] = inputs
+        return {
+            "digest": [digest(x) if isinstance(x, torch.Tensor) else None for x in inputs],
+            "positions": [int(p) for p in positions],
+        }
+
+    def set_timing_inputs(self, keys: list[str], flush_bytes: int, lead_us: float = 0.0) -> dict[str, Any]:
+        """Both sides enter timing with the same memory picture: what only one side keeps leaves
+        the device (``before_timing``), caches are emptied and the timed inputs re-made in a fresh
+        block. Without this the long-lived reference worker timed differently from a fresh
+        candidate worker running the very same code (A-vs-A bias of up to 30% on the H200)."""
+        self.before_timing(keys)
+        self.timing_sets, self.flush_buffer, self.last_output = [], None, None
+        release(self.device)
+        for key in keys:
+            self.inputs[key] = [x.clone() if isinstance(x, torch.Tensor) else x for x in self.inputs[key]]
+        release(self.device)
+        self.timing_sets = [self.inputs[k] for k in keys]
+        if self.device.type == "cuda" and flush_bytes > 0:
+            self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=self.device)
+        self.lead_cycles = _spin_cycles(self.device, lead_us) if lead_us > 0 else 0
+        return {"lead_cycles": self.lead_cycles}
+
+    def before_timing(self, keys: list[str]) -> None:
+        pass
+
+    def warmup(self, min_calls: int, min_ms: float) -> dict[str, Any]:
+        calls, start = 0, time.perf_counter()
+        with torch.no_grad():
+            while True:
+                self.last_output = self.model(*self.timing_sets[calls % len(self.timing_sets)])
+                calls += 1
+                if calls >= min_calls:
+                    sync(self.device)
+                    if (time.perf_counter() - start) * 1000 >= min_ms or calls >= 100_000:
+                        break
+        return {"calls": calls, "ms": (time.perf_counter() - start) * 1000}
+
+    def prepare(self) -> dict[str, Any]:
+        if self.device.type == "cuda":
+            # One untimed call first: it absorbs the GPU's switch from the other worker's context
+            # and the clock ramp. On the H200, without it, whichever side ran second in a pair
+            # was up to 35% slower, and the median of the paired ratios flipped between modes.
+            # Synchronised, so that no work of a candidate's spills from here into the next sample.
+            with torch.no_grad():
+                self.model(*self.timing_sets[0])
+        sync(self.device)
+        return {}
+
+    def time(self, calls: int, start: int) -> dict[str, Any]:
+        sets, n = self.timing_sets, len(self.timing_sets)
+        out = None
+        gc.disable()  # no collector pauses inside the timed window (for either side)
+        with torch.no_grad():
+            if self.device.type == "cuda":
+                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                # The L2 flush and a short spin are queued ahead of the begin event, so the GPU is
+                # busy when the clock starts and the first call's host-side launch latency (which
+                # differs between two processes running the same code) is not on the clock. The
+                # spin hides at most lead_us of host time per sample; the trusted wall clock sees all.
+                if self.flush_buffer is not None:
+                    self.flush_buffer.zero_()
+                if self.lead_cycles:
+                    torch.cuda._sleep(self.lead_cycles)
+                begin.record()
+                for j in range(calls):
+                    out = self.model(*sets[(start + j) % n])
+                end.record()
+                torch.cuda.synchronize()  # device-wide: work on any stream finishes before we reply
+                ms = begin.elapsed_time(end)
+            else:
+                t0 = time.perf_counter()
+                for j in range(calls):
+                    out = self.model(*sets[(start + j) % n])
+                ms = (time.perf_counter() - t0) * 1000
+        gc.enable()
+        self.last_output = out
+        return {"ms": ms, "digest": digests(out)}
+
+    def forget(self, keys: list[str], slots: list[str] | None = None) -> dict[str, Any]:
+        for key in keys:
+            self.inputs.pop(key, None)
+        for slot in slots or []:
+            self.slots.pop(slot, None)
+        return {}
+
+
+class CandidateServer(WorkerServer):
+    """An untrusted candidate's side: imports its source and reports what each call left behind."""
+
+    role = Role.CANDIDATE
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.candidate: Any = None
+        self.threads: ThreadWatch | None = None
+
+    def handlers(self) -> dict[Command, Handler]:
+        return {
+            **super().handlers(),
+            Command.LOAD_CANDIDATE: self.load_candidate,
+            Command.RUN: self.run,
+            Command.FETCH_LAST: lambda: {"outputs": describe(self.last_output)},
+        }
+
+    def load_candidate(self, source: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+        # Per-candidate settings (its build-cache directory) arrive here because spare workers
+        # are started before anyone knows which candidate they will get.
+        os.environ.update(env or {})
+        rng = state.rng_digest()
+        self.threads = ThreadWatch(str(Path.cwd() / CANDIDATE_FILE))
+        self.threads.install()
+        self.candidate = _import_source(source, "cudal1_candidate", CANDIDATE_FILE)
+        if not isinstance(getattr(self.candidate, "ModelNew", None), type):
+            raise RuntimeError("candidate defines no class ModelNew")
+        return {"rng_changed": state.rng_digest() != rng}
+
+    def model_class(self) -> Any:
+        return self.candidate.ModelNew
+
+    def built(self, model: Any) -> dict[str, Any]:
+        return {"side_streams": state.side_streams(self.candidate, model)}
+
+    def run(
+        self, key: str, slot: str = "main", poison: list[int] | None = None, fresh: bool = True
+    ) -> dict[str, Any]:
+        """A checked call whose outputs go back to the evaluator, which forwards them to the
+        reference for comparison. The call gets its inputs at a new address (the stored ones
+        stay alive, so id()/data_ptr() caches miss) unless ``fresh`` is off (the in-place
+        perturbation probe), after free memory is ``poison``ed (see ``state.poison``)."""
+        model = self.model_in(slot)
+        inputs = self.inputs[key]
+        if fresh:
+            inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        if poison:
+            state.poison(self.device, poison)
+        threads, rng = threading.active_count(), state.rng_digest()
+        with torch.no_grad():
+            out = model(*inputs)
+            sync(self.device)
+        observations = self._observe(out, inputs, threads, model)
+        observations["rng_changed"] = state.rng_digest() != rng
+        return {"outputs": describe(out), "observations": observations}
+
+    def _observe(self, out: Any, inputs: list[Any], threads_before: int, model: Any) -> dict[str, Any]:
+        """What a candidate's call left behind, for the evaluator's integrity findings. A
+        candidate can forge this, so it only ever adds findings; verdicts come from outputs."""
+        return {
+            "threads_before": threads_before,
+            "threads_after": threading.active_count(),
+            "inputs_digest": [digest(x) if isinstance(x, torch.Tensor) else None for x in inputs],
+            "aliases": state.aliases(out, inputs, model),
+            "state_changes": state.state_changes(self.state0, state.global_state()),
+            "candidate_threads": self.threads.alive() if self.threads else None,
+        }
+
+
+def _import_source(source: str, module_name: str, filename: Path) -> Any:
+    # A real file, so that inspect.getsource works (Triton's @jit reads the source).
+    path = Path.cwd() / filename
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def to_device(x: Any, device: torch.device) -> Any:
+    return x.to(device) if isinstance(x, torch.Tensor) else x
+
+
+@contextmanager
+def _module_constants(module: Any, values: dict[str, int]) -> Iterator[None]:
+    """Rebind a task module's top-level constants for the duration of one call."""
+    saved = {name: getattr(module, name) for name in values}
+    try:
+        for name, value in values.items():
+            setattr(module, name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(module, name, value)
+
+
+def release(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+def _spin_cycles(device: torch.device, lead_us: float) -> int:
+    """GPU clock cycles that ``torch.cuda._sleep`` spins for about ``lead_us`` microseconds here."""
+    if device.type != "cuda":
+        return 0
+    probe = 1_000_000
+    torch.cuda._sleep(probe)  # warm the spin kernel and the clock
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    torch.cuda._sleep(probe)
+    end.record()
+    torch.cuda.synchronize()
+    per_us = probe / max(begin.elapsed_time(end) * 1000, 1e-3)
+    return max(1, int(per_us * lead_us))
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def describe(out: Any) -> dict[str, Any]:
+    leaves = flatten_outputs(out)
+    return {
+        "values": leaves,
+        "types": [type(x).__module__ + "." + type(x).__qualname__ for x in leaves],
+        "devices": [str(x.device) if isinstance(x, torch.Tensor) else "" for x in leaves],
+        "structure": type(out).__name__,
+    }
+
+
+def digests(out: Any) -> list[int | None]:
+    return [digest(x) if isinstance(x, torch.Tensor) else None for x in flatten_outputs(out)]
+
+
+def serve(conn: Connection, server: WorkerServer) -> None:
+    """Answer commands until ``exit`` or a closed socket. A command this role does not take, or
+    an unknown one, is answered with an error like any other failure."""
+    handlers = server.handlers()
+    while True:
+        try:
+            request = decode(conn.recv_bytes())
+        except EOFError:
+            return
+        name = request.pop("cmd")
+        if name == Command.EXIT:
+            return
+        try:
+            cmd = Command(name)
+            if not cmd.accepts(server.role) or cmd not in handlers:
+                raise PermissionError(f"a {server.role} worker does not take {cmd.value!r}")
+            reply = handlers[cmd](**request)
+            reply["ok"] = True
+        except BaseException as exc:  # report everything; the evaluator decides what it means
+            tb = traceback.format_exc()
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:4000], "traceback": tb[-4000:]}
+        conn.send_bytes(encode(reply))
+
+
+def main(server: WorkerServer | None = None) -> None:
+    conn = Connection(int(sys.argv[1]))
+    # The candidate's prints must not reach the evaluator's terminal; stdout goes to a log file.
+    sys.stdout = sys.stderr
+    conn.send_bytes(encode({"ok": True, "ready": True}))
+    serve(conn, server or CandidateServer())
+
+
+if __name__ == "__main__":
+    main()

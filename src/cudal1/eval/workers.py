@@ -1,0 +1,139 @@
+"""The trusted side's handles on worker processes: the task's reference worker, the timing
+endpoint over any worker, and the per-candidate build environment.
+
+A reference worker (``reference_process``) is trusted: it imports only the task and serves every
+evaluation of that task, one at a time under its lock. A failure of one of its commands is the
+task's (``StageFailed`` with ``reference=True``), never the candidate's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from cudal1.config import EvalConfig
+from cudal1.eval.checks.integrity import StageFailed
+from cudal1.eval.process.protocol import Command, Role
+from cudal1.eval.process.sandbox import RemoteError, WorkerError, WorkerProcess
+from cudal1.eval.reference_process import ENTRY as REFERENCE_ENTRY
+from cudal1.eval.timing import stats
+from cudal1.schema import Stage, Task, source_hash
+
+# Queried once per device: each query makes a CUDA context, which would disturb a timing run
+# under way in other workers.
+_DEVICE_INFO: dict[str, dict[str, Any]] = {}
+
+
+class ReferenceWorker:
+    """A trusted worker holding one task's reference; reused across that task's evaluations."""
+
+    def __init__(self, task: Task, config: EvalConfig, device: str, cpus: set[int] | None = None) -> None:
+        self.task = task
+        self.device = device
+        self.process = WorkerProcess(config.sandbox, role=Role.REFERENCE, entry=REFERENCE_ENTRY, cpus=cpus)
+        self.lock = threading.Lock()
+        self.info: dict[str, Any] = {}
+        self.device_info: dict[str, Any] = {}
+        self.error: str | None = None
+        self._loaded = False
+
+    def ensure_loaded(self) -> None:
+        if self._loaded:
+            return
+        try:
+            self.info = self.process.request(Command.HELLO)
+            if self.device not in _DEVICE_INFO:
+                _DEVICE_INFO[self.device] = self.process.request(Command.DEVICE_INFO, device=self.device)
+            self.device_info = _DEVICE_INFO[self.device]
+            self.process.request(
+                Command.LOAD_TASK, source=self.task.source, name=self.task.name, path=self.task.path
+            )
+            if self.device.startswith("cuda"):  # where the device lock is worth seconds
+                self.process.request(Command.PREWARM)
+        except (RemoteError, WorkerError) as exc:
+            self.error = f"reference: task {self.task.name!r} failed to load: {exc}"
+            raise StageFailed(Stage.LOAD, self.error) from None
+        self._loaded = True
+
+    def request(self, cmd: Command, **args: Any) -> dict[str, Any]:
+        """A request whose failure is the task's fault, and is said so."""
+        try:
+            return self.process.request(cmd, **args)
+        except RemoteError as exc:
+            raise StageFailed(cmd.stage, f"reference failed in {cmd.value}: {exc}", reference=True) from None
+
+    @property
+    def build_key(self) -> str:
+        return (
+            "|".join(str(self.info.get(k)) for k in ("torch", "cuda"))
+            + "|"
+            + str(self.device_info.get("arch"))
+        )
+
+    def environment(self) -> dict[str, Any]:
+        return {
+            "torch": self.info.get("torch"),
+            "cuda": self.info.get("cuda"),
+            "python": self.info.get("python"),
+            "gpu": self.device_info.get("name"),
+            "arch": self.device_info.get("arch"),
+        }
+
+    def close(self) -> None:
+        self.process.close()
+
+
+class WorkerEndpoint:
+    """``timing.paired.Endpoint`` over a worker process."""
+
+    def __init__(self, process: WorkerProcess) -> None:
+        self.process = process
+        self._rtt: float | None = None
+
+    def warmup(self, min_calls: int, min_ms: float) -> tuple[int, float]:
+        r = self.process.request(Command.WARMUP, min_calls=min_calls, min_ms=min_ms)
+        return int(r["calls"]), float(r["ms"])
+
+    def round_trip_ms(self) -> float:
+        if self._rtt is None:
+            samples = []
+            for _ in range(7):
+                t0 = time.perf_counter()
+                self.process.request(Command.PING)
+                samples.append((time.perf_counter() - t0) * 1000)
+            self._rtt = stats.median(samples)
+        return self._rtt
+
+    def prepare(self) -> None:
+        self.process.request(Command.PREPARE)
+
+    def start(self, calls: int, first_set: int) -> None:
+        self.process.send(Command.TIME, calls=calls, start=first_set)
+
+    def finish(self) -> tuple[float, list[Any]]:
+        r = self.process.receive(Command.TIME)
+        ms = float(r["ms"])
+        if not math.isfinite(ms) or ms < 0:
+            raise RemoteError(f"worker reported an impossible time {ms!r}", "")
+        return ms, list(r["digest"])
+
+
+def default_build_cache() -> Path:
+    return Path.home() / ".cache" / "cudal1" / "builds"
+
+
+def build_env(source: str, ref: ReferenceWorker, cache_root: Path) -> tuple[dict[str, str], bool]:
+    """Extension builds cached by (source hash, torch, CUDA, arch): one directory per key."""
+    key = hashlib.sha256(f"{source_hash(source)}|{ref.build_key}".encode()).hexdigest()[:24]
+    path = cache_root / key
+    hit = path.exists()
+    path.mkdir(parents=True, exist_ok=True)
+    env = {"TORCH_EXTENSIONS_DIR": str(path)}
+    arch = ref.device_info.get("arch")
+    if arch:
+        env["TORCH_CUDA_ARCH_LIST"] = str(arch)
+    return env, hit

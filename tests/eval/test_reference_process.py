@@ -1,0 +1,30 @@
+"""The trusted reference's worker (``eval/reference_process.py``), driven in this process."""
+
+from __future__ import annotations
+
+import torch
+
+from cudal1.eval import reference_process
+from cudal1.eval.process.protocol import Command, Role
+from cudal1.eval.reference_process import ReferenceServer
+
+
+def test_reference_work_is_counted_once_per_signature(monkeypatch):
+    """The flop count is per shapes, not per evaluation: a task's later candidates reuse it."""
+    calls = []
+    real = reference_process.count_work
+    monkeypatch.setattr(
+        reference_process, "count_work", lambda model, inputs: calls.append(1) or real(model, inputs)
+    )
+    server = ReferenceServer()
+    server.model = torch.nn.Linear(4, 4)
+    server.inputs = {"a": [torch.zeros(2, 4)], "b": [torch.ones(2, 4)], "c": [torch.ones(3, 4)]}
+    assert server.work("a") == server.work("b")
+    assert len(calls) == 1
+    assert server.work("c")["work"]["flops"] > server.work("a")["work"]["flops"]
+    assert len(calls) == 2
+
+
+def test_reference_server_answers_exactly_the_reference_commands():
+    handled = set(ReferenceServer().handlers())
+    assert handled == {c for c in Command if c.accepts(Role.REFERENCE)} - {Command.EXIT}
