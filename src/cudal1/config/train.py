@@ -1,12 +1,17 @@
-"""Configs of training: how an evaluation result becomes the RL reward."""
+"""Configs of training: how an evaluation result becomes the RL reward, data collection, dataset
+export, and the three stages (SFT, self-supervised rounds, contrastive GRPO)."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, model_validator
 
-from cudal1.config.base import StrictConfig
+from cudal1.config.base import Device, StrictConfig
+from cudal1.config.eval import EvalConfig, PoolConfig
+from cudal1.config.search import BudgetConfig, ExemplarConfig, LLMConfig, Size
 
 
 class RewardConfig(StrictConfig):
@@ -50,3 +55,194 @@ class RewardConfig(StrictConfig):
         if not self.min <= 0.0 <= self.max:
             raise ValueError(f"need min <= 0 <= max, got min={self.min}, max={self.max}")
         return self
+
+
+# -- the training stages ---------------------------------------------------------------------------
+
+Precision = Literal["auto", "bf16", "fp32"]
+ReportTo = Literal["tensorboard", "none"]
+ExportKind = Literal["sft", "contrastive"]
+LossType = Literal["grpo", "dapo", "dr_grpo", "bnpo"]
+ScaleRewards = Literal["group", "batch", "none"]
+AuditOutcome = Literal["keep", "zero", "reject"]
+
+
+class CollectConfig(StrictConfig):
+    """``cudal1 collect``: several models answer the one-shot generation prompt for every task;
+    every reply is evaluated and stored with its provenance (stage 1's data augmentation)."""
+
+    llms: tuple[LLMConfig, ...] = Field(
+        (), description="the models asked, in order; each gets its own round (round i = the i-th model)"
+    )
+    samples: int = Field(4, ge=1, description="completions per task per model (one prompt, n samples)")
+    budget: BudgetConfig = Field(default_factory=BudgetConfig, description="when to stop early")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="evaluation of the collected variants")
+    pool: PoolConfig = Field(default_factory=PoolConfig, description="evaluation workers")
+    size: Size = Field("auto", description="bundled-suite sizes when no task path is given (auto: by device)")
+
+
+class ExportConfig(StrictConfig):
+    """``cudal1 dataset export``: which candidates become training rows, and how they are split."""
+
+    kind: ExportKind = Field(
+        "sft",
+        description="sft: the generation prompt -> a verified variant; contrastive: a contrastive prompt "
+        "(earlier variants of the task with their speedups) -> a verified variant",
+    )
+    test_fraction: float = Field(
+        0.1, ge=0, lt=1, description="share of tasks (not rows) held out in the test split"
+    )
+    seed: int = Field(0, description="seed of the task split and of exemplar selection")
+    exemplars: ExemplarConfig = Field(
+        default_factory=ExemplarConfig, description="exemplars of contrastive prompts (kind=contrastive)"
+    )
+    include_reference: bool = Field(
+        False, description="keep the reference anchor (the task's own program renamed) as a row"
+    )
+
+
+class LoraSettings(StrictConfig):
+    """Low-rank adapters through peft; merged into the model when a stage saves it."""
+
+    enabled: bool = Field(True, description="train LoRA adapters instead of every weight")
+    r: int = Field(16, ge=1, description="adapter rank")
+    alpha: int = Field(32, ge=1, description="adapter scaling (lora_alpha)")
+    dropout: float = Field(0.05, ge=0, lt=1, description="dropout on the adapter input")
+    target_modules: tuple[str, ...] | Literal["all-linear"] = Field(
+        "all-linear", description="module names that get adapters, or every linear layer"
+    )
+
+
+class OptimSettings(StrictConfig):
+    """What every trainer of a stage shares (TRL/transformers ``TrainingArguments`` fields)."""
+
+    learning_rate: float = Field(1e-5, gt=0, description="peak learning rate")
+    max_steps: int = Field(100, ge=1, description="optimizer steps of the stage")
+    batch_size: int = Field(4, ge=1, description="rows per device per step (per_device_train_batch_size)")
+    grad_accumulation: int = Field(1, ge=1, description="batches accumulated per optimizer step")
+    warmup_steps: int = Field(0, ge=0, description="linear warm-up steps")
+    precision: Precision = Field("auto", description="auto: bf16 on a GPU that has it, else fp32")
+    gradient_checkpointing: bool = Field(False, description="recompute activations (less memory, slower)")
+    logging_steps: int = Field(1, ge=1, description="log metrics every this many steps")
+    save_steps: int = Field(50, ge=1, description="checkpoint every this many steps (resume starts there)")
+    report_to: ReportTo = Field("tensorboard", description="where metrics go (TRL's integrations)")
+    seed: int = Field(0, description="seed of the trainer (initialisation of adapters, data order)")
+
+
+class SFTOptim(OptimSettings):
+    """Stage 1's defaults."""
+
+    learning_rate: float = Field(2e-5, gt=0, description="peak learning rate")
+    max_steps: int = Field(200, ge=1, description="optimizer steps of the stage")
+
+
+class SelfSupOptim(OptimSettings):
+    """Stage 2's defaults: each round trains briefly on that round's kept samples."""
+
+    learning_rate: float = Field(1e-5, gt=0, description="peak learning rate")
+    max_steps: int = Field(20, ge=1, description="optimizer steps of each round")
+
+
+class GRPOOptim(OptimSettings):
+    """Stage 3's defaults (TRL's GRPO learning rate)."""
+
+    learning_rate: float = Field(1e-6, gt=0, description="peak learning rate")
+    save_steps: int = Field(10, ge=1, description="checkpoint every this many steps (resume starts there)")
+
+
+class SFTStageConfig(StrictConfig):
+    """``cudal1 train sft`` (stage 1): supervised fine-tuning on verified variants, completion-only loss."""
+
+    optim: SFTOptim = Field(default_factory=SFTOptim, description="optimizer and trainer settings")
+    lora: LoraSettings = Field(default_factory=LoraSettings, description="adapters")
+    max_length: int = Field(8192, ge=16, description="prompt + completion tokens; longer rows are cut")
+    device: Device = Field("auto", description="where the model trains: auto (first GPU, else CPU) | cpu | cuda")
+
+
+class SamplingSettings(StrictConfig):
+    """How the policy samples its variants."""
+
+    temperature: float = Field(1.0, gt=0, description="sampling temperature")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass")
+    max_tokens: int = Field(4096, ge=1, description="completion tokens per sample (analysis and code)")
+
+
+class SelfSupConfig(StrictConfig):
+    """``cudal1 train selfsup`` (stage 2): generate, keep what is executable and correct, train on it."""
+
+    rounds: int = Field(2, ge=1, description="generate -> evaluate -> train rounds")
+    samples: int = Field(4, ge=1, description="samples per task per round")
+    sampling: SamplingSettings = Field(default_factory=SamplingSettings, description="generation")
+    optim: SelfSupOptim = Field(default_factory=SelfSupOptim, description="training of each round")
+    lora: LoraSettings = Field(default_factory=LoraSettings, description="adapters")
+    max_length: int = Field(8192, ge=16, description="prompt + completion tokens; longer rows are cut")
+    device: Device = Field("auto", description="where the model generates and trains")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="evaluation of the samples")
+    pool: PoolConfig = Field(default_factory=PoolConfig, description="evaluation workers")
+    size: Size = Field("auto", description="bundled-suite sizes when no task path is given (auto: by device)")
+
+
+class AuditConfig(StrictConfig):
+    """Which rewards the reward-checking model sees before they count, and what its verdict does."""
+
+    judge: LLMConfig = Field(
+        default_factory=lambda: LLMConfig(temperature=0.0, max_tokens=2048, preflight=False),
+        description="the reward-checking model (spec None: no judge; suspicious rewards then follow "
+        "'unaudited')",
+    )
+    speedup_threshold: float = Field(
+        5.0, gt=1, description="a speedup above this is suspicious (the reward's clip sits at 10x)"
+    )
+    sol_fraction: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="suspicious when the candidate reaches this share of the speed-of-light floor",
+    )
+    new_findings: bool = Field(
+        True, description="suspicious when a WARNING/REJECT finding code is new to this run"
+    )
+    cases: int = Field(3, ge=0, description="closest hacking cases shown to the judge")
+    case_db: Path | None = Field(
+        None, description="hacking-case database (default: hack-cases.db in the run directory)"
+    )
+    unsure: AuditOutcome = Field(
+        "zero", description="an 'unsure' verdict: keep the reward, zero a positive one, or reject"
+    )
+    unaudited: AuditOutcome = Field(
+        "keep", description="a suspicious reward with no judge configured (logged either way)"
+    )
+
+
+class GRPOStageConfig(StrictConfig):
+    """``cudal1 train grpo`` (stage 3): GRPO on contrastive prompts built live from the database."""
+
+    optim: GRPOOptim = Field(default_factory=GRPOOptim, description="optimizer and trainer settings")
+    lora: LoraSettings = Field(default_factory=LoraSettings, description="adapters")
+    num_generations: int = Field(4, ge=2, description="completions per prompt (one GRPO group)")
+    steps_per_generation: int = Field(
+        1, ge=1, description="optimizer steps fed by one generation batch (amortises evaluation time)"
+    )
+    sampling: SamplingSettings = Field(default_factory=SamplingSettings, description="generation")
+    loss_type: LossType = Field("dapo", description="TRL's loss normalisation")
+    beta: float = Field(0.0, ge=0, description="KL coefficient against the initial model (0: no ref model)")
+    scale_rewards: ScaleRewards = Field(
+        "group", description="advantages: (r - group mean) / spread of the group, the batch, or unscaled"
+    )
+    mask_truncated: bool = Field(True, description="completions cut by max_tokens earn no gradient")
+    exemplars: ExemplarConfig = Field(default_factory=ExemplarConfig, description="contrastive exemplars")
+    seed_baselines: bool = Field(
+        True, description="seed each task with the built-in baselines and the reference before step 1"
+    )
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="evaluation result -> reward")
+    audit: AuditConfig = Field(default_factory=AuditConfig, description="the reward-checking model")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="evaluation of the completions")
+    pool: PoolConfig = Field(default_factory=PoolConfig, description="evaluation workers")
+    eval_devices: tuple[Device, ...] = Field(
+        (),
+        description="devices the pool times on (default: pool.devices, else eval.device); when the "
+        "training device is among them, generation, training and timing take turns",
+    )
+    device: Device = Field("auto", description="where the policy trains and generates")
+    seed: int = Field(0, description="seed of prompt construction")
+    size: Size = Field("auto", description="bundled-suite sizes when no task path is given (auto: by device)")

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, cast
 
-from cudal1.config import BudgetConfig, OptimizeConfig
+from cudal1.config import BudgetConfig, ExemplarConfig, OptimizeConfig
 from cudal1.eval.pool import EvalPool
 from cudal1.llm import BudgetExceeded, Completion, Ledger, LLMBackend, Message, SamplingParams
 from cudal1.schema import EvalRequest, EvalResult, Severity, Stage, Task
@@ -162,6 +162,32 @@ def choose_best(rows: Sequence[CandidateRow]) -> CandidateRow | None:
     return best
 
 
+@dataclass(frozen=True)
+class TaskPrompt:
+    """The prompt a task gets next: contrastive when it has a correct variant, else one-shot."""
+
+    messages: list[dict[str, str]]
+    contrastive: bool
+    parents: tuple[int, ...]  # database ids of the exemplars shown (empty for a one-shot prompt)
+    exemplar_labels: tuple[str, ...]
+
+
+def task_prompt(
+    task: Task, rows: Sequence[CandidateRow], config: ExemplarConfig, rng: random.Random
+) -> TaskPrompt:
+    """The prompt for ``task`` from its evaluated candidates ``rows``: exemplars selected with
+    ``rng``, rendered contrastively once one of them is correct (the search and GRPO share this)."""
+    exemplars = select_exemplars(rows, config, rng)
+    if not any(e.correct for e in exemplars):
+        return TaskPrompt(render_generation_prompt(task), False, (), ())
+    return TaskPrompt(
+        render_contrastive_prompt(task, exemplars),
+        True,
+        tuple(e.candidate_id for e in exemplars if e.candidate_id is not None),
+        tuple(e.label for e in exemplars),
+    )
+
+
 class Search:
     """One session of the loop over a set of tasks; ``await run(tasks)`` inside an event loop."""
 
@@ -231,21 +257,19 @@ class Search:
         assert self.backend is not None
         stored = any(row.round == r for row in self.db.evaluated(task.name) + self.db.pending(task.name))
         if not stored:  # a killed session may have stored this round's samples already
-            exemplars = select_exemplars(
+            prompt = task_prompt(
+                task,
                 self.db.evaluated(task.name),
                 self.config.exemplars,
                 random.Random(f"{self.config.seed}:{task.name}:{r}"),
             )
-            contrastive = any(e.correct for e in exemplars)
-            messages = (
-                render_contrastive_prompt(task, exemplars) if contrastive else render_generation_prompt(task)
-            )
+            messages = prompt.messages
             log.info(
                 "%s round %d: %s prompt, exemplars %s",
                 task.name,
                 r,
-                "contrastive" if contrastive else "generation",
-                [e.label for e in exemplars] if contrastive else [],
+                "contrastive" if prompt.contrastive else "generation",
+                list(prompt.exemplar_labels),
             )
             llm = self.config.llm
             params = SamplingParams(
@@ -256,8 +280,7 @@ class Search:
             except BudgetExceeded:
                 self.budget.stop("max_cost_usd")
                 return False
-            parents = tuple(e.candidate_id for e in exemplars if contrastive and e.candidate_id is not None)
-            self._store(task, r, completions, parents, prompt_hash(messages))
+            self._store(task, r, completions, prompt.parents, prompt_hash(messages))
         await self._evaluate(task, self.db.pending(task.name))
         return self._finish_round(task, r)
 

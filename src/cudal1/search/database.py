@@ -89,6 +89,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    # Training (cudal1 train grpo/selfsup) records the optimizer step that produced a candidate.
+    Migration("0002_candidates_training_step", "ALTER TABLE candidates ADD COLUMN step INTEGER;"),
 )
 
 
@@ -118,6 +120,7 @@ class Provenance:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     run_id: int | None = None
+    step: int | None = None  # the training step whose generation produced it (None outside training)
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,7 @@ class CandidateRow:
     analysis: str
     parse_error: str | None
     final: bool
+    step: int | None = None
 
     @cached_property
     def result(self) -> EvalResult | None:
