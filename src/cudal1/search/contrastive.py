@@ -188,6 +188,23 @@ def task_prompt(
     )
 
 
+def store_reply(
+    db: CandidateDB, task: Task, text: str, provenance: Provenance, *, label: str
+) -> tuple[int, str | None]:
+    """Store one model reply: its ``ModelNew`` as a pending candidate, or the reply as a parse
+    failure. Returns the row's id (the existing one when the task already has this source) and
+    the parse error (None when a candidate was stored or already existed)."""
+    ex = extract(text)
+    if not ex.ok or ex.code is None:
+        error = ex.error or "no code"
+        return db.record_parse_failure(task, text, error, provenance, analysis=ex.analysis), error
+    try:
+        return db.add_candidate(task, ex.code, provenance, label=label, analysis=ex.analysis), None
+    except DuplicateSourceError as exc:
+        log.info("%s: %s repeats candidate %d", task.name, label, exc.existing_id)
+        return exc.existing_id, None
+
+
 class Search:
     """One session of the loop over a set of tasks; ``await run(tasks)`` inside an event loop."""
 
@@ -302,18 +319,10 @@ class Search:
                     completion_tokens=c.completion_tokens,
                     run_id=self.run_id,
                 )
-                ex = extract(c.text)
-                if not ex.ok or ex.code is None:
-                    self.db.record_parse_failure(
-                        task, c.text, ex.error or "no code", prov, analysis=ex.analysis
-                    )
-                    log.info("%s round %d sample %d: %s", task.name, r, i, ex.error)
-                    failures.append(ex.error)
-                    continue
-                try:
-                    self.db.add_candidate(task, ex.code, prov, label=f"llm-r{r}-s{i}", analysis=ex.analysis)
-                except DuplicateSourceError as exc:
-                    log.info("%s round %d sample %d repeats candidate %d", task.name, r, i, exc.existing_id)
+                _, error = store_reply(self.db, task, c.text, prov, label=f"llm-r{r}-s{i}")
+                if error is not None:
+                    log.info("%s round %d sample %d: %s", task.name, r, i, error)
+                    failures.append(error)
         for error in failures:  # after the commit: a callback that raises cannot undo the round
             self.emit("parse_failed", task=task.name, round=r, error=error, done=self._done(task))
 

@@ -98,12 +98,12 @@ def optimize(
     ``LLMError`` when the endpoint fails (the preflight call, or later: everything stored stays).
     """
     run_dir = Path(run_dir)
-    _check_start(tasks, run_dir, resume)
+    check_start(tasks, run_dir, resume)
     backend = backend if backend is not None else _make_backend(config.llm.spec, config.llm.options)
     preflight = _preflight(backend) if backend is not None and config.llm.preflight else []
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    with _run_log(run_dir / LOG_FILE), CandidateDB(run_dir / DB_FILE) as db:
+    with run_log(run_dir / LOG_FILE), CandidateDB(run_dir / DB_FILE) as db:
         run_id, budget = _start_session(run_dir, db, tasks, config, backend, preflight, resume)
         if progress is not None:
             plan = {t.name: {"total": _expected(t, config, backend), "done": _done(db, t)} for t in tasks}
@@ -162,7 +162,7 @@ def ledger_totals(path: Path) -> dict[str, Any]:
 # -- start-up --------------------------------------------------------------------------------------
 
 
-def _check_start(tasks: Sequence[Task], run_dir: Path, resume: bool) -> None:
+def check_start(tasks: Sequence[Task], run_dir: Path, resume: bool) -> None:
     if not tasks:
         raise OptimizeError("no tasks to optimise")
     names = [t.name for t in tasks]
@@ -235,7 +235,7 @@ class _Forward(logging.Handler):
 
 
 @contextlib.contextmanager
-def _run_log(path: Path) -> Iterator[None]:
+def run_log(path: Path) -> Iterator[None]:
     """``cudal1`` records at INFO and above go to the run's log file while the run lasts.
 
     The package logger is lowered to INFO for that, without changing what the caller's own
@@ -275,7 +275,7 @@ def _stored_tasks(db: CandidateDB) -> dict[str, dict[str, Any]]:
     return dict(json.loads(db.get_meta("tasks") or "{}"))
 
 
-def _remember_tasks(db: CandidateDB, tasks: Sequence[Task]) -> None:
+def remember_tasks(db: CandidateDB, tasks: Sequence[Task]) -> None:
     """Record the run's tasks; a resumed run may add tasks but not change one under its name."""
     stored = _stored_tasks(db)
     for t in tasks:
@@ -302,7 +302,7 @@ def _start_session(
     resume: bool,
 ) -> tuple[int, Budget]:
     """Record the session (tasks, config, model) and attach the run's ledger; returns its budget."""
-    _remember_tasks(db, tasks)
+    remember_tasks(db, tasks)
     (run_dir / CONFIG_FILE).write_text(dump_config(config), encoding="utf-8")
     run_id = db.start_run(dump_config(config), note="resume" if resume else "")
     db.set_meta("complete", "0")
