@@ -127,6 +127,12 @@ class GuardConfig(StrictConfig):
         description="lowest effective precision accepted: the task's dtype; 10-bit mantissas "
         "(TF32, fp16); or bf16",
     )
+    process_state: Literal["reject", "warn"] = Field(
+        "reject",
+        description="state left changed in the candidate's process after forward returns (torch "
+        "flags, matmul precision, its threads still running): reject, as the prompt's rules say, or "
+        "warn (set-and-restored inside forward is always fine)",
+    )
     reference_drift: float = Field(
         0.15, gt=0, description="warn when the reference's live median is this far from its baseline"
     )

@@ -25,6 +25,7 @@ from cudal1.eval.checks import probes
 from cudal1.eval.checks.compare import Comparison
 from cudal1.eval.checks.drift import reference_drift
 from cudal1.eval.checks.integrity import (
+    PrecisionLevels,
     PrecisionTracker,
     StageFailed,
     load_findings,
@@ -86,6 +87,7 @@ class Evaluation:
     _out_bytes: dict[str, list[int]] = field(default_factory=dict)
     _ref_digests: dict[str, list[Any]] = field(default_factory=dict)
     _cand_digests: dict[str, list[Any]] = field(default_factory=dict)
+    _levels: dict[str, PrecisionLevels] = field(default_factory=dict)
     _seeds: _Seeds | None = None
     _init_args: list[Any] = field(default_factory=list)
 
@@ -226,13 +228,14 @@ class Evaluation:
             self.reference(Command.BUILD, float64=self.config.tolerance.float64_reference, **common)
 
     def make_inputs(
-        self, seed: int, key: str, sizes: dict[str, int] | None = None, slot: str = "main"
+        self, seed: int, key: str, sizes: dict[str, int] | None = None, slot: str = "main", levels: bool = False
     ) -> None:
-        """Both workers make the same inputs from a seed drawn here; the reference keeps its outputs."""
+        """Both workers make the same inputs from a seed drawn here; the reference keeps its outputs
+        (and with ``levels`` calibrates what reduced precision looks like on them)."""
         want = self.reference(Command.MAKE_INPUTS, seed=seed, key=key, sizes=sizes)["digest"]
         got = self.candidate(Command.MAKE_INPUTS, seed=seed, key=key, sizes=sizes)["digest"]
         self.check_inputs(want, got, key)
-        self.run_reference(key, slot)
+        self.run_reference(key, slot, levels)
 
     def check_inputs(self, want: list[Any], got: list[Any], key: str) -> None:
         if list(got) != list(want):
@@ -250,8 +253,10 @@ class Evaluation:
             )
         self._input_digests[key] = list(want)
 
-    def run_reference(self, key: str, slot: str = "main") -> None:
-        r = self.reference(Command.RUN, key=key, slot=slot)
+    def run_reference(self, key: str, slot: str = "main", levels: bool = False) -> None:
+        r = self.reference(Command.RUN, key=key, slot=slot, levels=levels)
+        if "precision_levels" in r:
+            self._levels[key] = PrecisionLevels.from_reply(r["precision_levels"])
         if r.get("float64_error"):
             self.environment["float64_error"] = r["float64_error"]
         self._out_bytes[key] = list(r.get("out_bytes") or [])
@@ -263,7 +268,10 @@ class Evaluation:
         assert self.cand is not None
         poison = self._out_bytes.get(key) if self.config.guards.poison else None
         raw = self.cand.request_raw(Command.RUN, key=key, slot=slot, poison=poison, fresh=fresh)
-        for finding in observation_findings(header(raw), self._input_digests.get(key), key):
+        observed = observation_findings(
+            header(raw), self._input_digests.get(key), key, self.config.guards.process_state
+        )
+        for finding in observed:
             if all(f.code != finding.code for f in self.findings):
                 self.findings.append(finding)
         cmp, digests = self._compare(key, raw)
@@ -301,13 +309,13 @@ class Evaluation:
         for trial in range(n):
             key = f"check{trial}"
             with self.phase("check_inputs"):
-                self.make_inputs(seeds.next(), key)
+                self.make_inputs(seeds.next(), key, levels=True)
             with self.phase("check_calls"):
                 cmp = self.run_candidate(key)
             if trial < n - 1:  # the last set stays for the sparse perturbation
                 self.forget([key])
             against = cmp.against
-            precision.add(cmp)
+            precision.add(cmp, self._levels.get(key))
             if not cmp.ok:
                 record = (cmp.max_abs_err, cmp.max_rel_err, cmp.scale, against, cmp.message)
                 # The effective precision is recorded, but no reduced_precision finding: a wrong

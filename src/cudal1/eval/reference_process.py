@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from cudal1.eval.checks.compare import compare_outputs
+from cudal1.eval.checks.compare import compare_outputs, precision_ratio
 from cudal1.eval.process.protocol import Command, Role
 from cudal1.eval.process.wire import decode, digest, flatten_outputs
 from cudal1.eval.process.worker import (
@@ -42,6 +42,7 @@ class ReferenceServer(WorkerServer):
         self.expected: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {}
         self.model64: Any = None
         self.slots64: dict[str, Any] = {}
+        self.twins: dict[str, Any] = {}  # low-precision copies of the main model, by dtype name
         self.work_by_signature: dict[str, dict[str, Any]] = {}
 
     def handlers(self) -> dict[Command, Handler]:
@@ -81,15 +82,18 @@ class ReferenceServer(WorkerServer):
     ) -> dict[str, Any]:
         """The reference model, and with ``float64`` a float64 copy of it beside it."""
         reply = super().build(args, seed, device, slot)
-        twin = _float64_twin(self.model_in(slot)) if float64 else None
+        twin = _twin(self.model_in(slot), torch.float64) if float64 else None
         if slot == "main":
-            self.model64 = twin
+            self.model64, self.twins = twin, {}
+            _set_tf32(False)  # PyTorch's defaults, whatever the last evaluation's policy timed with
         else:
             self.slots64[slot] = twin
         return reply
 
-    def run(self, key: str, slot: str = "main") -> dict[str, Any]:
-        """Run on stored inputs and keep the outputs (and the float64 twin's) to compare against."""
+    def run(self, key: str, slot: str = "main", levels: bool = False) -> dict[str, Any]:
+        """Run on stored inputs and keep the outputs (and the float64 twin's) to compare against.
+        With ``levels``, also run the model in each floating dtype below the task's and report
+        each one's precision ratio: what reduced precision looks like on this task and input."""
         model = self.model_in(slot)
         model64 = self.model64 if slot == "main" else self.slots64.get(slot)
         inputs = self.inputs[key]
@@ -100,13 +104,36 @@ class ReferenceServer(WorkerServer):
         if model64 is not None:
             try:
                 with torch.no_grad():
-                    out64 = model64(*[_to_float64(x) for x in inputs])
+                    out64 = model64(*[_cast(x, torch.float64) for x in inputs])
                     sync(self.device)
             except Exception as exc:
                 err64 = f"{type(exc).__name__}: {exc}"
         self.expected[key] = (describe(out), describe(out64) if out64 is not None else None)
         out_bytes = [x.nbytes if isinstance(x, torch.Tensor) else 0 for x in flatten_outputs(out)]
-        return {"float64_error": err64, "out_bytes": out_bytes, "digest": digests(out)}
+        reply: dict[str, Any] = {"float64_error": err64, "out_bytes": out_bytes, "digest": digests(out)}
+        if levels and out64 is not None:
+            reply["precision_levels"] = self._precision_levels(inputs, out, out64)
+        return reply
+
+    def _precision_levels(self, inputs: list[Any], out: Any, out64: Any) -> dict[str, float | None]:
+        """Precision ratio of the model run in float16 and in bfloat16 (where below the task's
+        dtype); None where the twin cannot run (an op without that dtype on this device)."""
+        task_dtype = next((p.dtype for p in _floats(out)), None)
+        found: dict[str, float | None] = {}
+        for name, dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16)):
+            if task_dtype is None or torch.finfo(dtype).eps <= torch.finfo(task_dtype).eps:
+                continue
+            try:
+                if name not in self.twins:
+                    self.twins[name] = _twin(self.model, dtype)
+                with torch.no_grad():
+                    low = self.twins[name](*[_cast(x, dtype) for x in inputs])
+                    sync(self.device)
+                cast = [v.to(task_dtype) if isinstance(v, torch.Tensor) else v for v in flatten_outputs(low)]
+                found[name] = precision_ratio(cast, flatten_outputs(out), flatten_outputs(out64))
+            except Exception:  # an op with no kernel for this dtype here: that level is unknown
+                found[name] = None
+        return found
 
     def compare(self, key: str, reply: bytes, tolerance: dict[str, Any], device_type: str) -> dict[str, Any]:
         """Compare a candidate's forwarded reply with the kept reference outputs."""
@@ -118,9 +145,18 @@ class ReferenceServer(WorkerServer):
         cmp = compare_outputs(cand, ref, ref64, SimpleNamespace(**tolerance), device_type)
         return {"comparison": dataclasses.asdict(cmp), "digests": cand_digests}
 
+    def set_timing_inputs(
+        self, keys: list[str], flush_bytes: int, lead_us: float = 0.0, allow_tf32: bool = False
+    ) -> dict[str, Any]:
+        """As for both roles; ``allow_tf32``: the precision policy lets the candidate compute at
+        TF32, so the reference is timed with TF32 allowed too, and the speedup stays fair."""
+        _set_tf32(allow_tf32)
+        return super().set_timing_inputs(keys, flush_bytes, lead_us)
+
     def before_timing(self, keys: list[str]) -> None:
-        """The float64 model and the kept outputs leave the device (the candidate has neither)."""
-        self.model64 = None
+        """The float64 model, the low-precision twins and the kept outputs leave the device (the
+        candidate has none of them)."""
+        self.model64, self.twins = None, {}
         for key in keys:
             if key in self.expected:
                 ref, ref64 = self.expected[key]
@@ -168,17 +204,27 @@ def _on(desc: dict[str, Any] | None, device: torch.device) -> dict[str, Any] | N
     return {**desc, "values": [to_device(v, device) for v in desc["values"]]}
 
 
-def _float64_twin(model: Any) -> Any:
+def _twin(model: Any, dtype: torch.dtype) -> Any:
     if not isinstance(model, torch.nn.Module):
         return None
     try:
-        return copy.deepcopy(model).double()
-    except Exception:  # a model that cannot be copied or cast simply has no fp64 reference
+        return copy.deepcopy(model).to(dtype)
+    except Exception:  # a model that cannot be copied or cast simply has no such twin
         return None
 
 
-def _to_float64(x: Any) -> Any:
-    return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+def _cast(x: Any, dtype: torch.dtype) -> Any:
+    return x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+
+def _floats(out: Any) -> list[torch.Tensor]:
+    return [x for x in flatten_outputs(out) if isinstance(x, torch.Tensor) and x.is_floating_point()]
+
+
+def _set_tf32(allowed: bool) -> None:
+    """Matmul TF32 as asked; cuDNN's TF32 stays at PyTorch's default (on) unless asked for."""
+    torch.backends.cuda.matmul.allow_tf32 = allowed
+    torch.backends.cudnn.allow_tf32 = True
 
 
 if __name__ == "__main__":

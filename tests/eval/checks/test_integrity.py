@@ -4,6 +4,7 @@ returns tensor subclasses is named for it."""
 
 from __future__ import annotations
 
+from cudal1.config import GuardConfig
 from cudal1.eval.pool import evaluate
 from cudal1.schema import Severity, Task
 
@@ -58,15 +59,19 @@ def test_patching_comparison_functions_is_rejected(task, fast_config, candidate)
     assert "torch.allclose" in next(f.message for f in result.findings if f.code == "functions_patched")
 
 
-def test_global_flags_changed_at_import_are_a_warning(task, fast_config, candidate):
+def test_global_flags_left_changed_are_rejected_unless_the_policy_warns(task, fast_config, candidate):
+    """The prompt forbids it: a module that changes its caller's process is no drop-in."""
     src = "import torch\ntorch.backends.cudnn.benchmark = True\n" + candidate(
         "        return torch.relu(self.lin(x))"
     )
     result = evaluate(task, src, fast_config)
     finding = next(f for f in result.findings if f.code == "global_state_changed")
-    assert finding.severity is Severity.WARNING
+    assert finding.severity is Severity.REJECT and result.correct and not result.ok
     assert finding.evidence["changed"]["cudnn.benchmark"] == [False, True]
-    assert result.ok  # scoped or not, the reference ran in its own process
+    warn = fast_config.model_copy(update={"guards": GuardConfig(process_state="warn")})
+    result = evaluate(task, src, warn)
+    assert _codes(result).get("global_state_changed") is Severity.WARNING
+    assert result.ok  # the reference ran in its own process: the speedup itself stands
 
 
 def test_scoped_flags_are_fine(task, fast_config, candidate):
@@ -76,14 +81,14 @@ def test_scoped_flags_are_fine(task, fast_config, candidate):
     assert "global_state_changed" not in _codes(result)
 
 
-def test_threads_left_running_are_a_warning(task, fast_config, candidate):
+def test_threads_left_running_are_rejected(task, fast_config, candidate):
     body = (
         "        import threading, time\n"
         "        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
         "        return torch.relu(self.lin(x))"
     )
     result = evaluate(task, candidate(body), fast_config.model_copy(update={"time": False}))
-    assert _codes(result).get("threads_left_running") is Severity.WARNING
+    assert _codes(result).get("threads_left_running") is Severity.REJECT
 
 
 def test_tensor_subclass_output_is_rejected(task, fast_config, candidate):
@@ -148,9 +153,11 @@ def test_observation_rules_without_workers():
         "input_mutated": Severity.REJECT,
         "output_aliases_owned_memory": Severity.REJECT,
         "functions_patched": Severity.REJECT,
-        "global_state_changed": Severity.WARNING,
-        "threads_left_running": Severity.WARNING,
+        "global_state_changed": Severity.REJECT,
+        "threads_left_running": Severity.REJECT,
     }
+    relaxed = {f.code: f.severity for f in observation_findings(dirty, [7], "check0", "warn")}
+    assert relaxed["global_state_changed"] is relaxed["threads_left_running"] is Severity.WARNING
 
 
 def test_tf32_level_errors_are_the_task_precision_for_conv_references_on_cuda():

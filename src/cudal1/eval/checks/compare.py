@@ -166,6 +166,30 @@ def _precision_ratio(cand_err: float, ref_err: float, peak: float, dtype: torch.
     return cand_err / max(ref_err, u * peak)
 
 
+def precision_ratio(cand: list[Any], ref: list[Any], ref64: list[Any]) -> float | None:
+    """The worst floating leaf's ``_precision_ratio`` of outputs ``cand`` (cast to the reference's
+    dtype), against float64 ``ref64``, over what the reference ``ref`` shows. For the reference
+    worker's low-precision twins, whose ratio calibrates what reduced precision looks like on this
+    task (``integrity.PrecisionTracker``); None when no leaf can tell (non-finite, not floating)."""
+    worst: float | None = None
+    for c, r, r64 in zip(cand, ref, ref64, strict=False):
+        if not all(isinstance(t, torch.Tensor) for t in (c, r, r64)) or not r.is_floating_point():
+            continue
+        if c.shape != r.shape or r64.shape != r.shape:
+            continue
+        target = r64.to(torch.float64)
+        c64, r_64 = c.to(torch.float64), r.to(torch.float64)
+        if not (bool(torch.isfinite(c64).all()) and bool(torch.isfinite(target).all())) or not c64.numel():
+            return None
+        peak = float(target.abs().max())
+        ratio = _precision_ratio(
+            float((c64 - target).abs().max()), float((r_64 - target).abs().max()), peak, r.dtype
+        )
+        if ratio is not None and (worst is None or ratio > worst):
+            worst = ratio
+    return worst
+
+
 def _poison_note(c: Any) -> str:
     """Names outputs that hold the evaluator's poison (all-ones bytes, a NaN in every float dtype,
     written into free memory before the call): memory the candidate never wrote."""
