@@ -23,7 +23,9 @@ from run_fixtures import (
 
 from cudal1.llm import LLMError
 from cudal1.report.runs import summarize_run
-from cudal1.search.contrastive import REFERENCE_LABEL, choose_best
+from cudal1.schema import Task
+from cudal1.search import optimize as optimize_module
+from cudal1.search.contrastive import REFERENCE_LABEL, choose_best, reference_anchor
 from cudal1.search.optimize import OptimizeError, load_run, load_run_config, optimize
 
 # -- the loop, end to end ------------------------------------------------------------------------
@@ -57,7 +59,8 @@ def test_scripted_loop_stores_results_failures_and_final(tmp_path: Path, open_db
     assert (task.evaluated, task.parse_failed) == (4, 6)
     assert summary.complete and summary.stop_reason is None and summary.llm == "scripted:reply"
 
-    assert (run / "best" / f"{GELU.name}.py").read_text() == finals[0].source
+    kept = finals[0].source if load_run(run).tasks[0].faster else reference_anchor(GELU)
+    assert (run / "best" / f"{GELU.name}.py").read_text() == kept
     assert not (run / "summary.json").exists()  # the command writes it (tests/cli/test_cli_optimize.py)
     assert load_run_config(run) == cfg
     assert len((run / "llm-calls.jsonl").read_text().splitlines()) == 3  # preflight + 2 rounds
@@ -154,3 +157,70 @@ def test_token_budget_stops_further_rounds(tmp_path: Path) -> None:
     # the sample already paid for is still evaluated; no further round is sampled
     assert summary.stop_reason == "max_tokens_total" and summary.tasks[0].rounds_done == 2
     assert summary.tasks[0].evaluated == 2 and summary.tasks[0].pending == 0
+
+
+# -- a run never recommends a slowdown (issue 12) ------------------------------------------------
+
+SLOW_REFERENCE = Task(
+    "chain_of_multiplies",
+    """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        y = x
+        for _ in range(60):
+            y = y * 1.0
+        return y + 1.0
+
+
+def get_inputs():
+    return [torch.randn(256, 256)]
+
+
+def get_init_inputs():
+    return []
+""",
+    level=1,
+)
+
+
+def reply(body: str) -> str:
+    head = "## Implementation\n```python\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+    return head + "    def forward(self, x):\n" + body + "```\n"
+
+
+ONE_ADD = reply("        return x + 1.0  # the 60 multiplies by 1.0 change nothing\n")
+SIXTY_GELUS = reply(
+    "        y = x\n        for _ in range(60):\n            y = torch.nn.functional.gelu(x)\n        return y\n"
+)
+
+
+def test_a_variant_faster_beyond_its_interval_is_exported(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    record = optimize([SLOW_REFERENCE], run, fast_config(tmp_path, samples=1), backend=scripted([ONE_ADD]))
+    task = record.tasks[0]
+    assert task.faster and task.final is not None and task.final.timing.ci_low > 1.0  # type: ignore[union-attr]
+    assert summarize_run(record).tasks[0].outcome == "faster"
+    assert "return x + 1.0" in (run / "best" / "chain_of_multiplies.py").read_text()
+
+
+def test_a_final_measurement_not_above_the_reference_exports_the_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The search's pick is re-measured; when that measurement does not beat the reference beyond
+    its interval (here a variant 60 times the work), the task keeps the reference. A noisy search
+    measurement that ranked the slow variant first is simulated by making it the search's pick."""
+    monkeypatch.setattr(
+        optimize_module, "choose_best", lambda rows: next((r for r in rows if r.label.startswith("llm")), None)
+    )
+    run = tmp_path / "run"
+    record = optimize([GELU], run, fast_config(tmp_path, samples=1), backend=scripted([SIXTY_GELUS]))
+    task = record.tasks[0]
+    assert task.best is not None and task.best.label == "llm-r1-s0"
+    assert task.final is not None and task.final.ok and task.final.timing.ci_low <= 1.0  # type: ignore[union-attr]
+    assert not task.faster
+    summary = summarize_run(record).tasks[0]
+    assert summary.outcome == "no faster variant found" and summary.best_label == "llm-r1-s0"
+    assert (run / "best" / f"{GELU.name}.py").read_text() == reference_anchor(GELU)

@@ -10,13 +10,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from cudal1.report.tables import Cell, Col, TableSpec, to_markdown, to_rich
 from cudal1.schema import EvalResult
 from cudal1.search.contrastive import REFERENCE_LABEL
 from cudal1.search.optimize import RunRecord, TaskRecord
@@ -24,13 +24,21 @@ from cudal1.search.optimize import RunRecord, TaskRecord
 # The paper counts a task as improved above 1.01x (shared/research/cuda-l1-method.md).
 FASTER = 1.01
 
+# A task's result: a variant kept because it beats the reference beyond its interval, or the
+# reference kept (``search.optimize.TaskRecord.faster``).
+Outcome = Literal["faster", "no faster variant found", "no correct variant"]
+FASTER_FOUND: Outcome = "faster"
+
 
 @dataclass(frozen=True)
 class TaskSummary:
-    """A task's outcome; speedup, interval and times come from the final re-evaluation when ``final``."""
+    """A task's outcome and the best variant the search tried (``best_*``); speedup, interval and
+    times are that variant's, from the final re-evaluation when ``final``. Unless ``outcome`` is
+    "faster", the kept kernel is the reference (speedup 1.0 by definition)."""
 
     task: str
     level: int
+    outcome: Outcome
     best_id: int | None
     best_label: str | None
     speedup: float | None
@@ -79,9 +87,11 @@ def _task_summary(t: TaskRecord) -> tuple[TaskSummary, EvalResult | None]:
     best = t.best
     result = t.final if t.final is not None else (best.result if best else None)
     timing = result.timing if result is not None and result.ok else None
+    outcome: Outcome = "faster" if t.faster else ("no faster variant found" if best else "no correct variant")
     summary = TaskSummary(
         task=t.name,
         level=t.level,
+        outcome=outcome,
         best_id=best.id if best else None,
         best_label=best.label if best else None,
         speedup=result.speedup if result else None,
@@ -138,11 +148,18 @@ def fmt_ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-def _speedup(t: TaskSummary) -> Text:
-    if t.speedup is None:
+def fmt_x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}x"
+
+
+def _speedup_cell(speedup: float | None, ci: tuple[float | None, float | None]) -> Text:
+    if speedup is None:
         return Text("-", style="dim")
-    style = "green" if t.speedup > FASTER else ("red" if t.speedup < 1 / FASTER else "")
-    return Text(f"{t.speedup:.3f}x", style=style)
+    style = "green" if speedup > FASTER else ("red" if speedup < 1 / FASTER else "")
+    text = Text(f"{speedup:.3f}x", style=style)
+    if ci[0] is not None and ci[1] is not None:
+        text.append(f" [{ci[0]:.2f}, {ci[1]:.2f}]", style="dim")
+    return text
 
 
 def render_run_header(s: RunSummary) -> Table:
@@ -150,8 +167,8 @@ def render_run_header(s: RunSummary) -> Table:
     if s.stop_reason:
         status += f", stopped by {s.stop_reason}"
     grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
     grid.add_row("run", s.run_dir)
     grid.add_row("status", status)
     grid.add_row("device", f"{s.device or '-'}  (GPU: {s.gpu or '-'})")
@@ -168,42 +185,66 @@ def render_run_header(s: RunSummary) -> Table:
     return grid
 
 
-def render_run_table(s: RunSummary) -> Table:
-    faster = sum(
-        1 for t in s.tasks if t.speedup is not None and t.speedup > FASTER and t.best_label != REFERENCE_LABEL
-    )
-    table = Table(
-        title=f"{len(s.tasks)} task{'' if len(s.tasks) == 1 else 's'}, {faster} faster than the reference (>{FASTER}x)",
-        box=box.SIMPLE_HEAD,
-        caption="speedup, CI and times from the final re-evaluation; (search): not re-evaluated yet",
-    )
-    table.add_column("task", no_wrap=True, min_width=max((len(t.task) for t in s.tasks), default=4))
-    table.add_column("lvl", justify="right")
-    table.add_column("best")
-    table.add_column("speedup [95% CI]", justify="right")
-    table.add_column("correct", justify="center")
-    for col in ("ref ms", "best ms", "evaluated", "#correct"):
-        table.add_column(col, justify="right")
-    for t in s.tasks:
-        label = t.best_label or "-"
-        if t.best_label and not t.final:
-            label += " (search)"
-        speedup = _speedup(t)
-        if t.ci_low is not None and t.ci_high is not None:
-            speedup.append(f" [{t.ci_low:.2f}, {t.ci_high:.2f}]", style="dim")
-        table.add_row(
-            t.task,
-            str(t.level),
-            label,
-            speedup,
-            Text("yes", style="green") if t.correct else Text("no", style="red"),
-            fmt_ms(t.ref_ms),
-            fmt_ms(t.cand_ms),
-            str(t.evaluated) + (f" (+{t.pending} pending)" if t.pending else ""),
-            str(t.correct_count),
-        )
-    return table
+# Dropped first at narrow widths: counts, then times, then the variant a slow task tried, then
+# the level (the task's name says it, in the bundled suite and in KernelBench).
+RUN_COLUMNS = (
+    Col("task"),
+    Col("level", "lvl", drop=2, right=True),
+    Col("kept"),
+    Col("speedup [95% CI]", "speedup", right=True, wrap=True),
+    Col("best tried, not kept", "tried", drop=3, wrap=True),
+    Col("ref ms", "ref", drop=4, right=True),
+    Col("kept ms", "kept", drop=4, right=True),
+    Col("evaluated", "evals", drop=5, right=True),
+    Col("#correct", "ok", drop=5, right=True),
+)
 
 
-def render_run_summary(s: RunSummary) -> Group:
-    return Group(render_run_header(s), Text(""), render_run_table(s))
+def _run_row(t: TaskSummary) -> tuple[Cell, ...]:
+    faster = t.outcome == FASTER_FOUND
+    if faster:
+        kept = (t.best_label or "-") + ("" if t.final else " (search)")
+        speedup, tried = _speedup_cell(t.speedup, (t.ci_low, t.ci_high)), "-"
+    else:
+        kept, speedup = "reference", Text("1.000x", style="dim")
+        tried = "-" if t.best_label in (None, REFERENCE_LABEL) else f"{t.best_label} {fmt_x(t.speedup)}"
+    return (
+        t.task,
+        str(t.level),
+        kept,
+        speedup,
+        tried,
+        fmt_ms(t.ref_ms),
+        fmt_ms(t.cand_ms if faster else t.ref_ms),
+        str(t.evaluated) + (f" (+{t.pending} pending)" if t.pending else ""),
+        str(t.correct_count),
+    )
+
+
+def run_table(s: RunSummary) -> TableSpec:
+    """One row per task: the kept kernel (the reference unless a variant is faster beyond its
+    interval) and its speedup, from the final re-evaluation."""
+    faster = sum(1 for t in s.tasks if t.outcome == FASTER_FOUND)
+    n = len(s.tasks)
+    return TableSpec(
+        title=f"{n} task{'' if n == 1 else 's'}, {faster} with a faster variant (95% CI above 1.0)",
+        columns=RUN_COLUMNS,
+        rows=tuple(_run_row(t) for t in s.tasks),
+        caption="speedup and CI from the final re-evaluation; (search): not re-evaluated yet;"
+        " kept 'reference': no variant beat it beyond its 95% interval",
+    )
+
+
+def render_run_summary(s: RunSummary, width: int = 80) -> Group:
+    return Group(render_run_header(s), Text(""), to_rich(run_table(s), width))
+
+
+def render_run_markdown(s: RunSummary) -> str:
+    tokens = s.prompt_tokens + s.completion_tokens
+    head = (
+        f"run `{s.run_dir}` on {s.device or '-'} (GPU: {s.gpu or '-'}); "
+        f"{'complete' if s.complete else 'incomplete'}; {s.wall_s:.0f} s wall, "
+        f"{s.gpu_seconds:.0f} s on the timing device; LLM {s.llm_calls} calls, {tokens:,} tokens, "
+        f"${s.cost_usd:.2f}\n\n"
+    )
+    return head + to_markdown(run_table(s))

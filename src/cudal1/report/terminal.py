@@ -1,4 +1,4 @@
-"""Rich renderings for the terminal: one evaluation, a task list."""
+"""Renderings of one evaluation (terminal and Markdown) and of a task list."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from cudal1.report.tables import Cell, Col, TableSpec, to_markdown, to_rich
 from cudal1.schema import EvalResult, Severity, Task
 
 
@@ -18,7 +19,8 @@ def render_task_table(tasks: list[Task]) -> Table:
     return table
 
 
-def render_eval_result(r: EvalResult) -> Group:
+def _eval_lines(r: EvalResult) -> list[Text]:
+    """The verdict, the error, correctness and speed of light: one line each."""
     head = Text()
     if r.ok:
         head.append("PASS", style="bold green")
@@ -27,64 +29,81 @@ def render_eval_result(r: EvalResult) -> Group:
     else:
         head.append(f"FAILED at {r.failed_stage.value if r.failed_stage else 'timing'}", style="bold red")
     head.append(f"  task {r.task}  device {r.device}  gpu {r.environment.get('gpu') or '-'}")
-    parts: list = [head, _stage_table(r)]
+    lines = [head]
     if r.error:
-        parts.append(Text(r.error, style="red"))
+        lines.append(Text(r.error, style="red"))
     if r.correctness is not None:
         c = r.correctness
-        parts.append(
+        lines.append(
             Text(
                 f"correctness: {c.passed}/{c.trials} input sets; max abs error {c.max_abs_err:.3g}; "
                 f"worst {c.max_rel_err:.3g}x of tolerance (allowed {c.tolerance_scale:.3g}x), against {c.against}"
             )
         )
-    if r.timing is not None:
-        parts.append(_timing_table(r))
     if r.sol is not None:
         o = r.sol
-        parts.append(
+        lines.append(
             Text(
                 f"speed of light ({o.precision}, {o.peaks}): floor {max(o.bytes_floor_ms, o.flops_floor_ms):.4g} ms "
                 f"(bytes {o.bytes_floor_ms:.4g} ms, FLOPs {o.flops_floor_ms:.4g} ms); "
                 f"reference at {o.ref_percent:.1f}%, candidate at {o.cand_percent:.1f}%"
             )
         )
-    if r.findings:
-        parts.append(_findings_table(r))
-    return Group(*parts)
+    return lines
 
 
-def _stage_table(r: EvalResult) -> Table:
-    table = Table(show_header=True, box=None, pad_edge=False)
-    table.add_column("stage")
-    table.add_column("ok")
-    table.add_column("seconds", justify="right")
-    for s in r.stages:
-        table.add_row(s.stage.value, "[green]yes[/green]" if s.ok else "[red]no[/red]", f"{s.seconds:.2f}")
-    return table
+def render_eval_result(r: EvalResult, width: int = 80) -> Group:
+    return Group(*_eval_lines(r), *(to_rich(t, width) for t in eval_tables(r)))
 
 
-def _timing_table(r: EvalResult) -> Table:
+def _stage_table(r: EvalResult) -> TableSpec:
+    rows = tuple(
+        (s.stage.value, Text("yes", style="green") if s.ok else Text("no", style="red"), f"{s.seconds:.2f}")
+        for s in r.stages
+    )
+    return TableSpec("stages", (Col("stage"), Col("ok"), Col("seconds", "s", right=True)), rows)
+
+
+def _timing_table(r: EvalResult) -> TableSpec:
     t = r.timing
     assert t is not None
-    table = Table(title="timing (per call)", box=None)
-    for col in ("", "reference", "candidate"):
-        table.add_column(col, justify="right")
-    table.add_row("worker clock ms (median)", f"{t.ref_median_ms:.4f}", f"{t.cand_median_ms:.4f}")
     ref_wall = sorted(t.ref_wall_ms)[len(t.ref_wall_ms) // 2]
     cand_wall = sorted(t.cand_wall_ms)[len(t.cand_wall_ms) // 2]
-    table.add_row("trusted clock ms (median)", f"{ref_wall:.4f}", f"{cand_wall:.4f}")
-    table.add_row("speedup", f"{t.speedup:.3f}x", f"95% CI [{t.ci_low:.3f}, {t.ci_high:.3f}]")
-    table.add_row("trusted-clock speedup", f"{t.wall_speedup:.3f}x", "")
-    table.add_row("samples x calls", f"{len(t.ref_ms)} x {t.calls_per_sample}", f"stop: {t.stop_reason}")
-    return table
+    rows: tuple[tuple[Cell, ...], ...] = (
+        ("worker clock ms (median)", f"{t.ref_median_ms:.4f}", f"{t.cand_median_ms:.4f}"),
+        ("trusted clock ms (median)", f"{ref_wall:.4f}", f"{cand_wall:.4f}"),
+        ("speedup", f"{t.speedup:.3f}x", f"95% CI [{t.ci_low:.3f}, {t.ci_high:.3f}]"),
+        ("trusted-clock speedup", f"{t.wall_speedup:.3f}x", ""),
+        ("samples x calls", f"{len(t.ref_ms)} x {t.calls_per_sample}", f"stop: {t.stop_reason}"),
+    )
+    columns = (
+        Col("per call", wrap=True),
+        Col("reference", "ref", right=True),
+        Col("candidate", "cand", right=True),
+    )
+    return TableSpec("timing (per call)", columns, rows)
 
 
-def _findings_table(r: EvalResult) -> Table:
-    table = Table(title="findings", box=None)
-    for col in ("severity", "code", "stage", "message"):
-        table.add_column(col)
+def _findings_table(r: EvalResult) -> TableSpec:
     style = {Severity.REJECT: "red", Severity.WARNING: "yellow", Severity.INFO: ""}
-    for f in r.findings:
-        table.add_row(Text(f.severity.value, style=style[f.severity]), f.code, f.stage.value, f.message)
-    return table
+    rows = tuple(
+        (Text(f.severity.value, style=style[f.severity]), f.code, f.stage.value, f.message)
+        for f in r.findings
+    )
+    columns = (Col("severity", "sev"), Col("code"), Col("stage", drop=1), Col("message", wrap=True))
+    return TableSpec("findings", columns, rows)
+
+
+def eval_tables(r: EvalResult) -> list[TableSpec]:
+    """The tables of one result: stages, then timing and findings where there are any."""
+    tables = [_stage_table(r)]
+    if r.timing is not None:
+        tables.append(_timing_table(r))
+    if r.findings:
+        tables.append(_findings_table(r))
+    return tables
+
+
+def render_eval_markdown(r: EvalResult) -> str:
+    lines = "\n\n".join(line.plain for line in _eval_lines(r))
+    return lines + "\n\n" + "\n".join(to_markdown(t) for t in eval_tables(r))

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cudal1.report.runs import fmt_ms
+from cudal1.report.tables import Cell, Col, TableSpec, to_markdown, to_rich
 from cudal1.search.verify import STATUSES, Row, VerifyRun
 
 
@@ -99,53 +100,67 @@ def progress_line(done: int, total: int, row: Row) -> str:
     return f"[{done}/{total}] L{row.level} {row.task}: {row.status}; {claim}, {measured}{codes}{tail}"
 
 
-def render_rows(rows: list[Row]) -> Table:
-    table = Table(title=f"verify: {len(rows)} records")
-    for col in (
-        "#",
-        "level",
-        "task",
-        "status",
-        "claimed",
-        "measured",
-        "95% CI",
-        "ref ms",
-        "cand ms",
-        "stage / reason",
-        "findings",
-    ):
-        table.add_column(
-            col, justify="right" if col in ("#", "claimed", "measured", "ref ms", "cand ms") else "left"
-        )
+# Dropped first at narrow widths: times, the record's index, findings, then the interval.
+ROW_COLUMNS = (
+    Col("#", drop=4, right=True),
+    Col("level", "L", right=True),
+    Col("task"),
+    Col("status"),
+    Col("claimed", "claim", right=True),
+    Col("measured", "meas", right=True),
+    Col("95% CI", "CI", drop=2, right=True),
+    Col("ref ms", "ref", drop=5, right=True),
+    Col("cand ms", "cand", drop=5, right=True),
+    Col("stage / reason", "reason", wrap=True),
+    Col("findings", drop=3, wrap=True),
+)
+
+
+def rows_table(rows: list[Row]) -> TableSpec:
+    body = []
     for r in sorted(rows, key=lambda r: r.index):
         ci = f"[{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low is not None and r.ci_high is not None else ""
-        stage = ": ".join(x for x in (r.stage, r.reason[:60]) if x)
-        table.add_row(
-            str(r.index),
-            str(r.level),
-            r.task,
-            Text(r.status, style=_STYLE.get(r.status, "")),
-            _x(r.claimed),
-            _x(r.measured),
-            ci,
-            fmt_ms(r.ref_ms),
-            fmt_ms(r.cand_ms),
-            stage,
-            ", ".join(r.findings),
-        )
-    return table
+        body.append(
+            (
+                str(r.index), str(r.level), r.task, Text(r.status, style=_STYLE.get(r.status, "")),
+                _x(r.claimed), _x(r.measured), ci, fmt_ms(r.ref_ms), fmt_ms(r.cand_ms),
+                ": ".join(x for x in (r.stage, r.reason[:60]) if x), ", ".join(r.findings),
+            )
+        )  # fmt: skip
+    return TableSpec(f"verify: {len(rows)} records", ROW_COLUMNS, tuple(body))
 
 
-def render_summary(s: Summary) -> Table:
+def render_rows(rows: list[Row], width: int = 80) -> Table:
+    return to_rich(rows_table(rows), width)
+
+
+def render_rows_markdown(rows: list[Row]) -> str:
+    return to_markdown(rows_table(rows))
+
+
+def summary_table(s: Summary) -> TableSpec:
     counts = ", ".join(f"{k} {v}" for k, v in s.counts.items())
-    table = Table(title=f"summary: {s.records} records ({counts})")
-    for col in ("over verified records with a claim", "mean", "median", "geomean"):
-        table.add_column(col, justify="left" if col.startswith("over") else "right")
-    for name, st in (("claimed", s.claimed), ("measured", s.measured)):
-        table.add_row(f"{name} ({s.compared} records)", _x(st["mean"]), _x(st["median"]), _x(st["geomean"]))
-    table.add_row("measured / claimed", "", "", _x(s.ratio_geomean))
-    table.add_row("claims inside the measured 95% CI", "", "", f"{s.within_ci}/{s.compared}")
-    return table
+    columns = (
+        Col("over verified records with a claim", "over verified, claimed", wrap=True),
+        Col("mean", right=True),
+        Col("median", right=True),
+        Col("geomean", right=True),
+    )
+    rows: list[tuple[Cell, ...]] = [
+        (f"{name} ({s.compared} records)", _x(st["mean"]), _x(st["median"]), _x(st["geomean"]))
+        for name, st in (("claimed", s.claimed), ("measured", s.measured))
+    ]
+    rows.append(("measured / claimed", "", "", _x(s.ratio_geomean)))
+    rows.append(("claims inside the measured 95% CI", "", "", f"{s.within_ci}/{s.compared}"))
+    return TableSpec(f"summary: {s.records} records ({counts})", columns, tuple(rows))
+
+
+def render_summary(s: Summary, width: int = 80) -> Table:
+    return to_rich(summary_table(s), width)
+
+
+def render_summary_markdown(s: Summary) -> str:
+    return to_markdown(summary_table(s))
 
 
 def _x(v: float | None) -> str:

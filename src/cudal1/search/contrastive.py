@@ -370,6 +370,8 @@ class Search:
             round=row.round,
             ok=result.ok,
             speedup=result.speedup,
+            ci_low=result.timing.ci_low if result.ok and result.timing else None,
+            ci_high=result.timing.ci_high if result.ok and result.timing else None,
             error=None if result.ok else _why(result),
             best_speedup=best.speedup if best else None,
             best_label=best.label if best else None,

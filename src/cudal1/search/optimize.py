@@ -12,6 +12,10 @@ killed run loses nothing that was already evaluated. ``optimize`` and ``load_run
 After the search, each task's best candidate (``contrastive.choose_best``) is evaluated again under
 the strict ``final`` budget, outside any search budget (one evaluation per task); the reported
 numbers are that evaluation's, and the candidate is marked ``final`` in the database.
+
+A run never recommends a slowdown: unless that measurement beats the reference beyond its
+interval (the lower end of its 95% CI above 1.0), the task's result is "no faster variant found"
+and ``best/<task>.py`` is the reference itself (``TaskRecord.faster``).
 """
 
 from __future__ import annotations
@@ -32,11 +36,13 @@ from cudal1.eval.pool import EvalPool
 from cudal1.llm import CallRecord, Ledger, LLMBackend, Message, SamplingParams, create_backend
 from cudal1.schema import EvalRequest, EvalResult, Task
 from cudal1.search.contrastive import (
+    REFERENCE_LABEL,
     Budget,
     ProgressCallback,
     Search,
     choose_best,
     device_seconds,
+    reference_anchor,
     seed_candidates,
 )
 from cudal1.search.database import CandidateDB, CandidateRow, TaskCounts
@@ -51,6 +57,27 @@ class OptimizeError(Exception):
     """A run that cannot start as asked (bad run directory, LLM spec or task set); nothing was run."""
 
 
+def device_held_seconds(result: EvalResult) -> float:
+    """Seconds a result held the timing device: the evaluator's phases (``environment["device_s"]``)
+    where it recorded them, else its device stages (``contrastive.device_seconds``)."""
+    phases = result.environment.get("device_s")
+    if isinstance(phases, dict) and phases:
+        return float(sum(phases.values()))
+    return device_seconds(result)
+
+
+def beats_reference(label: str, result: EvalResult | None) -> bool:
+    """Whether a variant is worth recommending: not the reference itself, accepted, and faster
+    than the reference beyond its interval (the lower end of its 95% CI above 1.0)."""
+    return (
+        label != REFERENCE_LABEL
+        and result is not None
+        and result.ok
+        and result.timing is not None
+        and result.timing.ci_low > 1.0
+    )
+
+
 @dataclass(frozen=True)
 class TaskRecord:
     """What a run holds for one task; ``report.runs.summarize_run`` turns it into a summary row."""
@@ -62,6 +89,22 @@ class TaskRecord:
     first_result: EvalResult | None  # the task's first stored result (its device, when ``best`` has none)
     counts: TaskCounts
     rounds_done: int
+    # Round 0's built-in baselines and the reference anchor, by label: what ``cudal1 report``
+    # compares the kept kernel against (same device, same run).
+    baselines: tuple[tuple[str, EvalResult], ...] = ()
+
+    @property
+    def measured(self) -> EvalResult | None:
+        """The measurement the task reports: the final re-evaluation's, else the search's."""
+        if self.final is not None:
+            return self.final
+        return self.best.result if self.best is not None else None
+
+    @property
+    def faster(self) -> bool:
+        """Whether the run recommends ``best`` (``beats_reference`` on its reported measurement);
+        otherwise the task keeps the reference."""
+        return self.best is not None and beats_reference(self.best.label, self.measured)
 
 
 @dataclass(frozen=True)
@@ -72,7 +115,7 @@ class RunRecord:
     config: OptimizeConfig
     llm: str | None  # the backend that ran (``prefix:model``), else the configured spec
     ledger: dict[str, Any]  # ``ledger_totals`` of the run's ledger file
-    gpu_seconds: float  # ``device_seconds`` over every stored result
+    gpu_seconds: float  # ``device_held_seconds`` over every stored result, final re-evaluations included
     wall_s: float
     stop_reason: str | None
     complete: bool
@@ -383,6 +426,8 @@ def _final_round(
         done = _final_record(db, task.name)
         if best is not None and (done is None or done[0] != best.id):
             todo[str(best.id)] = (task, best)
+        elif progress is not None and best is None:
+            progress("final", {"task": task.name, "label": None, "ok": False, "speedup": None, "faster": False})
     if not todo:
         return
     cfg = config.final.apply(config.eval)
@@ -406,9 +451,18 @@ def _final_round(
                 f"{result.speedup:.3f}x" if result.ok else result.error or "not ok",
             )
             if progress is not None:
+                timing = result.timing if result.ok else None
                 progress(
                     "final",
-                    {"task": row.task, "label": row.label, "ok": result.ok, "speedup": result.speedup},
+                    {
+                        "task": row.task,
+                        "label": row.label,
+                        "ok": result.ok,
+                        "speedup": result.speedup,
+                        "ci_low": timing.ci_low if timing else None,
+                        "ci_high": timing.ci_high if timing else None,
+                        "faster": beats_reference(row.label, result),
+                    },
                 )
 
 
@@ -417,12 +471,18 @@ def _safe_name(name: str) -> str:
 
 
 def _write_outputs(run_dir: Path, db: CandidateDB, config: OptimizeConfig) -> RunRecord:
+    """``best/<task>.py``: the kept kernel, which is the reference unless ``TaskRecord.faster``."""
     best_dir = run_dir / BEST_DIR
     best_dir.mkdir(exist_ok=True)
     record = read_run(run_dir, db, config)
+    stored = _stored_tasks(db)
     for t in record.tasks:
-        if t.best is not None:
-            (best_dir / f"{_safe_name(t.name)}.py").write_text(t.best.source, encoding="utf-8")
+        if t.faster and t.best is not None:
+            source = t.best.source
+        else:
+            source = reference_anchor(Task(**stored[t.name]))
+            log.info("%s: no faster variant found; the exported kernel is the reference", t.name)
+        (best_dir / f"{_safe_name(t.name)}.py").write_text(source, encoding="utf-8")
     return record
 
 
@@ -441,6 +501,7 @@ def _task_record(db: CandidateDB, name: str, level: int) -> TaskRecord:
         first_result=next((r.result for r in evaluated if r.result), None),
         counts=db.counts(name),
         rounds_done=db.rounds_done(name),
+        baselines=tuple((r.label, r.result) for r in evaluated if r.round == 0 and r.result is not None),
     )
 
 
@@ -448,7 +509,9 @@ def read_run(run_dir: Path, db: CandidateDB, config: OptimizeConfig) -> RunRecor
     """The run as it stands in its database, ledger and config."""
     stored = _stored_tasks(db)
     tasks = tuple(_task_record(db, name, int(task.get("level") or 0)) for name, task in stored.items())
-    gpu_seconds = sum(device_seconds(r.result) for name in stored for r in db.evaluated(name) if r.result)
+    finals = [f[1] for name in stored if (f := _final_record(db, name)) is not None]
+    gpu_seconds = sum(device_held_seconds(r.result) for name in stored for r in db.evaluated(name) if r.result)
+    gpu_seconds += sum(device_held_seconds(r) for r in finals)
     return RunRecord(
         run_dir=Path(run_dir),
         config=config,
