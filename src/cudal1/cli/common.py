@@ -10,17 +10,19 @@ resumable with ``--resume``).
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import typer
 from pydantic import BaseModel
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.logging import RichHandler
 
-from cudal1.config import Size, load_config
+from cudal1.config import Size, Suite, load_config
 from cudal1.eval.evaluator import resolve_device
 from cudal1.schema import Task
 from cudal1.tasks import TaskError, bundled_tasks, load_tasks
@@ -29,6 +31,11 @@ console = Console()
 err_console = Console(stderr=True)
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_REJECTED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+# How a command prints its results: tables fitted to the console (80 columns in a pipe, or
+# COLUMNS), GitHub Markdown, or JSON.
+OutputFormat = Literal["table", "md", "json"]
+FORMAT_HELP = "table (fitted to the terminal; 80 columns in a pipe) | md (Markdown) | json"
 
 C = TypeVar("C", bound=BaseModel)
 
@@ -66,10 +73,11 @@ def size_for(size: Size, device: str) -> Literal["gpu", "cpu"]:
     return "cpu" if resolve_device(device) == "cpu" else "gpu"
 
 
-def load_task_set(spec: str | None, size: Literal["gpu", "cpu"]) -> list[Task]:
-    """A path (task file, KernelBench directory, CUDA-L1 records) or, with no path, the bundled suite."""
+def load_task_set(spec: str | None, size: Literal["gpu", "cpu"], suite: Suite = "full") -> list[Task]:
+    """A path (task file, KernelBench directory, CUDA-L1 records), a bundled task's name or, with
+    no path, the bundled suite (``suite``: every task, or the quick few)."""
     if spec is None or spec == "bundled":
-        return bundled_tasks(size)
+        return bundled_tasks(size, suite)
     path = Path(spec)
     if path.exists():
         try:
@@ -80,3 +88,18 @@ def load_task_set(spec: str | None, size: Literal["gpu", "cpu"]) -> list[Task]:
     if len(named) == 1:
         return named
     raise bad_input(f"{spec}: no such file, and no bundled task of that name (see `cudal1 tasks list`)")
+
+
+def print_result(
+    fmt: OutputFormat,
+    table: Callable[[int], RenderableType],
+    markdown: Callable[[], str],
+    data: Callable[[], object],
+) -> None:
+    """Print a command's result on stdout in ``fmt``: ``table(width)``, ``markdown()`` or ``data()``."""
+    if fmt == "json":
+        sys.stdout.write(json.dumps(data(), indent=2, default=str) + "\n")
+    elif fmt == "md":
+        sys.stdout.write(markdown())
+    else:
+        console.print(table(console.width))

@@ -5,8 +5,6 @@ Named ``eval_cmd`` so that the module does not read as, or shadow, the ``cudal1.
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -16,16 +14,19 @@ from cudal1.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_REJECTED,
+    FORMAT_HELP,
+    OutputFormat,
     bad_input,
     console,
     load_task_set,
+    print_result,
     resolve_config,
     setup_logging,
     size_for,
 )
 from cudal1.config import EvalConfig, Size
 from cudal1.eval.pool import evaluate
-from cudal1.report.terminal import render_eval_result
+from cudal1.report.terminal import render_eval_markdown, render_eval_result
 from cudal1.schema import EvalResult
 
 
@@ -42,7 +43,8 @@ def eval_command(
     task: Annotated[str, typer.Argument(help="task file (KernelBench format) or bundled task name")],
     candidate: Annotated[Path, typer.Argument(help="candidate source defining ModelNew")],
     device: Annotated[str | None, typer.Option(help="auto | cpu | cuda | cuda:N")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the full result as JSON")] = False,
+    fmt: Annotated[OutputFormat, typer.Option("--format", help=FORMAT_HELP)] = "table",
+    as_json: Annotated[bool, typer.Option("--json", help="same as --format json")] = False,
     size: Annotated[Size, typer.Option(help="bundled task size (auto: by device)")] = "auto",
     config: Annotated[Path | None, typer.Option(help="YAML EvalConfig")] = None,
     set_: Annotated[
@@ -60,8 +62,10 @@ def eval_command(
         raise bad_input(f"{task} holds {len(tasks)} tasks; name one file")
     with console.status(f"evaluating {candidate.name} against {tasks[0].name}..."):
         result = evaluate(tasks[0], candidate.read_text(), cfg)
-    if as_json:
-        sys.stdout.write(json.dumps(result.to_dict(), indent=2) + "\n")
-    else:
-        console.print(render_eval_result(result))
+    print_result(
+        "json" if as_json else fmt,
+        lambda width: render_eval_result(result, width),
+        lambda: render_eval_markdown(result),
+        result.to_dict,
+    )
     raise typer.Exit(exit_code(result))

@@ -13,65 +13,76 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import TaskID
 
 from cudal1.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
+    FORMAT_HELP,
+    OutputFormat,
     bad_input,
-    console,
     err_console,
     load_task_set,
+    print_result,
     resolve_config,
     setup_logging,
     size_for,
 )
-from cudal1.config import OptimizeConfig, Size
+from cudal1.cli.progress import ProgressReporter
+from cudal1.config import OptimizeConfig, Size, Suite
 from cudal1.llm import LLMError
-from cudal1.report.runs import render_run_json, render_run_summary, summarize_run
+from cudal1.report.progress import evaluation_line, task_line
+from cudal1.report.runs import render_run_json, render_run_markdown, render_run_summary, summarize_run
 from cudal1.schema import Task
 from cudal1.search.optimize import CONFIG_FILE, SUMMARY_FILE, OptimizeError, load_run_tasks, optimize
 
-COLUMNS = (
-    TextColumn("{task.description}"),
-    BarColumn(),
-    MofNCompleteColumn(),
-    TextColumn("{task.fields[best]}"),
-    TimeElapsedColumn(),
-)
-
 
 class ProgressView:
-    """Renders loop events as one rich progress bar per task, with its live best speedup."""
+    """Turns loop events into progress: a bar per task with its live best on a terminal, a line
+    per finished evaluation and per finished task anywhere else (``cli.progress``)."""
 
-    def __init__(self, progress: Progress) -> None:
+    def __init__(self, progress: ProgressReporter) -> None:
         self.progress = progress
         self.bars: dict[str, TaskID] = {}
 
     def __call__(self, kind: str, payload: dict[str, Any]) -> None:
+        task = payload.get("task", "")
         if kind == "run_start":
             for name, plan in payload["tasks"].items():
-                self.bars[name] = self.progress.add_task(
-                    name, total=plan["total"], completed=plan["done"], best=""
-                )
-        elif kind == "evaluated" and payload["task"] in self.bars:
+                self.bars[name] = self.progress.bar(name, total=plan["total"], completed=plan["done"])
+        elif kind == "evaluated" and task in self.bars:
+            line = evaluation_line(
+                task,
+                payload["label"],
+                ok=payload["ok"],
+                speedup=payload.get("speedup"),
+                ci_low=payload.get("ci_low"),
+                ci_high=payload.get("ci_high"),
+                error=payload.get("error"),
+            )
+            self.progress.advance(self.bars[task], line, n=0)
             best = payload.get("best_speedup")
-            text = (
-                f"best {best:.3f}x ({payload.get('best_label')})"
-                if best is not None
-                else "no correct candidate yet"
+            status = (
+                f"best {best:.3f}x ({payload.get('best_label')})" if best is not None else "none correct yet"
             )
-            self.progress.update(self.bars[payload["task"]], completed=payload["done"], best=text)
-        elif kind == "parse_failed" and payload["task"] in self.bars:
-            self.progress.update(self.bars[payload["task"]], completed=payload["done"])
+            self.progress.update(self.bars[task], completed=payload["done"], status=status)
+        elif kind == "parse_failed" and task in self.bars:
+            line = f"{task} round {payload['round']}: reply without usable code: {payload.get('error')}"
+            self.progress.advance(self.bars[task], line, n=0)
+            self.progress.update(self.bars[task], completed=payload["done"])
         elif kind == "stopped":
-            self.progress.console.print(
-                f"[yellow]budget {payload['reason']} reached: finishing what is under way[/yellow]"
+            self.progress.note(f"budget {payload['reason']} reached: finishing what is under way")
+        elif kind == "final" and task in self.bars:
+            line = task_line(
+                task,
+                faster=payload["faster"],
+                label=payload.get("label"),
+                speedup=payload.get("speedup"),
+                ci_low=payload.get("ci_low"),
+                ci_high=payload.get("ci_high"),
             )
-        elif kind == "final" and payload["task"] in self.bars:
-            speedup = payload.get("speedup")
-            text = f"final {speedup:.3f}x ({payload['label']})" if speedup is not None else "final: not ok"
-            self.progress.update(self.bars[payload["task"]], best=text)
+            self.progress.update(self.bars[task], status=line.partition(" done: ")[2])
+            self.progress.note(line)
 
 
 def optimize_command(
@@ -91,10 +102,18 @@ def optimize_command(
     resume: Annotated[bool, typer.Option(help="continue the run in --out with its saved config")] = False,
     device: Annotated[str | None, typer.Option(help="auto | cpu | cuda | cuda:N")] = None,
     size: Annotated[Size | None, typer.Option(help="bundled task sizes (auto: by device)")] = None,
+    suite: Annotated[
+        Suite | None,
+        typer.Option(
+            help="quick (default): 3 bundled tasks, 4 baselines, 1 s timing; full: all 16 tasks,"
+            " every baseline, 10 s timing"
+        ),
+    ] = None,
     config: Annotated[Path | None, typer.Option(help="YAML OptimizeConfig")] = None,
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="config override, e.g. budget.max_wall_s=3600")
     ] = None,
+    fmt: Annotated[OutputFormat, typer.Option("--format", help=FORMAT_HELP)] = "table",
     verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
 ) -> None:
     """Search faster variants of TASKS: baselines, then contrastive LLM rounds; re-check the best."""
@@ -105,14 +124,24 @@ def optimize_command(
         raise bad_input(
             "--config cannot be combined with --resume: the run keeps its saved config (use --set)"
         )
-    flags = {"llm.spec": llm, "rounds": rounds, "samples": samples, "eval.device": device, "size": size}
+    flags = {
+        "llm.spec": llm,
+        "rounds": rounds,
+        "samples": samples,
+        "eval.device": device,
+        "size": size,
+        "suite": suite,
+    }
     cfg = resolve_config(OptimizeConfig, saved if resuming else config, set_, flags)
+    if cfg.size == "auto":  # the quick suite's baselines depend on the device: settle it first
+        flags["size"] = size_for(cfg.size, cfg.eval.device)
+        cfg = resolve_config(OptimizeConfig, saved if resuming else config, set_, flags)
     task_list = _tasks(tasks, cfg, out if resuming else None)
     # SIGTERM (a job scheduler's timeout, `timeout`, `kill`) unwinds like Ctrl-C, so the run's
     # bookkeeping (wall time) is saved and the workers are shut down before exiting.
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        with Progress(*COLUMNS, console=err_console, transient=False) as progress:
+        with ProgressReporter() as progress:
             record = optimize(task_list, out, cfg, resume=resume, progress=ProgressView(progress))
     except (OptimizeError, LLMError) as exc:
         raise bad_input(str(exc)) from None
@@ -123,7 +152,12 @@ def optimize_command(
         raise typer.Exit(EXIT_INTERRUPTED) from None
     summary = summarize_run(record)
     (out / SUMMARY_FILE).write_text(render_run_json(summary), encoding="utf-8")
-    console.print(render_run_summary(summary))
+    print_result(
+        fmt,
+        lambda width: render_run_summary(summary, width),
+        lambda: render_run_markdown(summary),
+        summary.to_dict,
+    )
     raise typer.Exit(EXIT_OK)
 
 
@@ -138,4 +172,4 @@ def _tasks(spec: str | None, cfg: OptimizeConfig, run_dir: Path | None) -> list[
             return load_run_tasks(run_dir)
         except OptimizeError as exc:
             raise bad_input(str(exc)) from None
-    return load_task_set(spec, size_for(cfg.size, cfg.eval.device))
+    return load_task_set(spec, size_for(cfg.size, cfg.eval.device), cfg.suite)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from cudal1.cli.common import bad_input, console
-from cudal1.report.runs import render_run_json, render_run_summary, summarize_run
+from cudal1.cli.common import FORMAT_HELP, OutputFormat, bad_input, print_result
+from cudal1.report.runs import render_run_markdown, render_run_summary, summarize_run
 from cudal1.search.optimize import OptimizeError, load_run
 
 runs_app = typer.Typer(help="Inspect optimisation runs.", no_args_is_help=True)
@@ -18,7 +17,8 @@ runs_app = typer.Typer(help="Inspect optimisation runs.", no_args_is_help=True)
 @runs_app.command("show")
 def runs_show(
     run: Annotated[Path, typer.Argument(help="run directory")],
-    as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+    fmt: Annotated[OutputFormat, typer.Option("--format", help=FORMAT_HELP)] = "table",
+    as_json: Annotated[bool, typer.Option("--json", help="same as --format json")] = False,
 ) -> None:
     """Summarise a run (finished, running or killed): per-task best speedup and the run's spend."""
     if not run.is_dir():
@@ -27,7 +27,9 @@ def runs_show(
         summary = summarize_run(load_run(run))
     except OptimizeError as exc:
         raise bad_input(str(exc)) from None
-    if as_json:
-        sys.stdout.write(render_run_json(summary))
-    else:
-        console.print(render_run_summary(summary))
+    print_result(
+        "json" if as_json else fmt,
+        lambda width: render_run_summary(summary, width),
+        lambda: render_run_markdown(summary),
+        summary.to_dict,
+    )

@@ -1,5 +1,6 @@
-"""``cudal1 verify``: re-measure released records on this machine (``search.verify``), print a
-line per record as it finishes, then the tables; with ``--json``, write the report."""
+"""``cudal1 verify``: re-measure released records on this machine (``search.verify``), with
+progress (``cli.progress``: a bar on a terminal, a line per finished record elsewhere), then the
+tables; with ``--json``, write the report."""
 
 from __future__ import annotations
 
@@ -7,10 +8,28 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Group
 
-from cudal1.cli.common import bad_input, console, resolve_config, setup_logging
+from cudal1.cli.common import (
+    FORMAT_HELP,
+    OutputFormat,
+    bad_input,
+    err_console,
+    print_result,
+    resolve_config,
+    setup_logging,
+)
+from cudal1.cli.progress import ProgressReporter
 from cudal1.config import EvalConfig
-from cudal1.report.verify import progress_line, render_rows, render_summary, report_json, summarize
+from cudal1.report.verify import (
+    progress_line,
+    render_rows,
+    render_rows_markdown,
+    render_summary,
+    render_summary_markdown,
+    report_json,
+    summarize,
+)
 from cudal1.search.verify import Row, Selection, VerifyRun, rows_log_path, run_verify, write_json
 from cudal1.tasks import TaskError
 
@@ -24,10 +43,6 @@ def _selection(
         raise bad_input(f"--levels {levels}: expected level numbers, e.g. 1,2") from None
     names = frozenset(x.strip() for item in tasks or [] for x in item.split(",") if x.strip())
     return Selection(levels=wanted, names=names, sample=sample, seed=seed, limit=limit)
-
-
-def _echo(line: str) -> None:
-    console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def verify_command(
@@ -56,6 +71,7 @@ def verify_command(
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="config override, e.g. timing.min_samples=5")
     ] = None,
+    fmt: Annotated[OutputFormat, typer.Option("--format", help=FORMAT_HELP)] = "table",
     verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
 ) -> None:
     """Re-measure every record's candidate against its reference on this machine.
@@ -81,18 +97,26 @@ included); 2 for bad input.
         run = VerifyRun.load(records, selection, cfg)
     except TaskError as exc:
         raise bad_input(str(exc)) from None
-    _echo(f"verifying {len(run.chosen)} records from {records} ({run.with_code} with code) on {cfg.device}")
+    with ProgressReporter() as progress:
+        progress.note(
+            f"verifying {len(run.chosen)} records from {records} ({run.with_code} with code) on {cfg.device}"
+        )
+        bar = progress.bar("verify", total=len(run.chosen))
 
-    def on_row(row: Row) -> None:
-        _echo(progress_line(len(run.rows), len(run.chosen), row))
+        def on_row(row: Row) -> None:
+            progress.advance(bar, progress_line(len(run.rows), len(run.chosen), row))
 
-    rows_log = rows_log_path(json_path) if json_path else None
-    try:
-        run_verify(run, workers=workers, rows_log=rows_log, deadline_s=deadline_s, on_row=on_row)
-    finally:  # also when interrupted: the report says so ("complete": false)
-        if json_path:
-            write_json(json_path, report_json(run))
-    console.print(render_rows(run.rows))
-    console.print(render_summary(summarize(run.rows)))
+        rows_log = rows_log_path(json_path) if json_path else None
+        try:
+            run_verify(run, workers=workers, rows_log=rows_log, deadline_s=deadline_s, on_row=on_row)
+        finally:  # also when interrupted: the report says so ("complete": false)
+            if json_path:
+                write_json(json_path, report_json(run))
+    print_result(
+        fmt,
+        lambda width: Group(render_rows(run.rows, width), render_summary(summarize(run.rows), width)),
+        lambda: render_rows_markdown(run.rows) + "\n" + render_summary_markdown(summarize(run.rows)),
+        lambda: report_json(run),
+    )
     if json_path:
-        console.print(f"report: {json_path} (rows as they finished: {json_path.stem}.rows.jsonl)")
+        err_console.print(f"report: {json_path} (rows as they finished: {json_path.stem}.rows.jsonl)")

@@ -22,6 +22,7 @@ from cudal1.config.search import (
     LLMConfig,
     OptimizeConfig,
     Size,
+    Suite,
 )
 from cudal1.config.train import (
     AuditConfig,
@@ -58,6 +59,7 @@ __all__ = [
     "SandboxConfig",
     "SelfSupConfig",
     "Size",
+    "Suite",
     "StrictConfig",
     "TimingConfig",
     "ToleranceConfig",

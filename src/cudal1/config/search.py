@@ -5,12 +5,40 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from cudal1.config.base import StrictConfig
 from cudal1.config.eval import EvalConfig, PoolConfig
 
 Size = Literal["auto", "gpu", "cpu"]
+Suite = Literal["quick", "full"]
+
+# What `cudal1 optimize` does with no options (suite "quick"): three tasks, a few baselines and
+# short timing budgets, so that the README's first command fits a coffee break (times measured in
+# README "Quick start"). Baselines depend on the device the suite is sized for: on a 2-core CPU a
+# torch.compile variant holds the timing device for 20-45 s while it compiles (measured on
+# 4_transformer_block: 21 s default, 33 s reduce-overhead, 43 s max-autotune-no-cudagraphs), so the
+# CPU quick suite measures only the variants that cost seconds; a GPU's adds torch.compile (default).
+# These are defaults only: a config file or --set wins, and config.yaml keeps what the run used.
+# The quick suite's tasks are ``tasks.QUICK_TASKS``; suite "full" is every bundled task and every
+# baseline at the budgets of ``TimingConfig`` and ``FinalEvalConfig``.
+QUICK_BASELINES: dict[str, list[str]] = {
+    "gpu": ["torch-compile-default", "cuda-graph", "cudnn-benchmark", "channels-last"],
+    "cpu": ["cuda-graph", "cudnn-benchmark", "channels-last"],
+}
+QUICK_BUDGETS: dict[str, Any] = {
+    "eval": {"timing": {"budget_s": 1.0}},
+    "final": {"timing_budget_s": 2.0},
+}
+
+
+def _under(defaults: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with ``defaults`` filled in where it says nothing (nested sections merged)."""
+    out = dict(defaults)
+    for key, value in data.items():
+        base = out.get(key)
+        out[key] = _under(base, value) if isinstance(base, dict) and isinstance(value, dict) else value
+    return out
 
 
 class ExemplarConfig(StrictConfig):
@@ -113,3 +141,17 @@ class OptimizeConfig(StrictConfig):
     pool: PoolConfig = Field(default_factory=PoolConfig, description="evaluation workers")
     final: FinalEvalConfig = Field(default_factory=FinalEvalConfig, description="final re-evaluation")
     size: Size = Field("auto", description="bundled-suite sizes when no task path is given (auto: by device)")
+    suite: Suite = Field(
+        "quick",
+        description="quick: three bundled tasks (one per level), a few baselines, 1 s timing "
+        "(a coffee break; size 'auto' is best settled before, as `cudal1 optimize` does); "
+        "full: every bundled task and baseline at the full budgets",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _suite_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("suite", "quick") == "quick":
+            sized = "cpu" if data.get("size") == "cpu" else "gpu"  # auto: settled by the caller first
+            return _under({**QUICK_BUDGETS, "baseline_labels": QUICK_BASELINES[sized]}, data)
+        return data

@@ -9,9 +9,10 @@ from cudal1.tasks.source import (
     override_constants,
     task_filename,
 )
-from cudal1.tasks.suite import bundled_root, bundled_tasks, cpu_overrides
+from cudal1.tasks.suite import QUICK_TASKS, bundled_root, bundled_tasks, cpu_overrides
 
 __all__ = [
+    "QUICK_TASKS",
     "TaskError",
     "bundled_root",
     "bundled_tasks",

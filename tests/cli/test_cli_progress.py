@@ -1,0 +1,51 @@
+"""Progress in any terminal or log: plain flushed lines when stderr is not a terminal, bars when it
+is; the optimize command prints a line per finished evaluation and per finished task."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from cudal1.cli.progress import ProgressReporter
+from cudal1.report.progress import evaluation_line, task_line
+
+
+def reporter(terminal: bool) -> tuple[ProgressReporter, io.StringIO]:
+    out = io.StringIO()
+    return ProgressReporter(Console(file=out, force_terminal=terminal, width=100)), out
+
+
+def test_plain_mode_prints_one_line_per_finished_unit() -> None:
+    progress, out = reporter(terminal=False)
+    assert not progress.live
+    with progress:
+        bar = progress.bar("5_gelu", total=2)
+        progress.advance(bar, "5_gelu cuda-graph: correct 1.020x [1.001, 1.040]")
+        progress.update(bar, status="best 1.020x")  # bars only: nothing printed
+        progress.advance(bar, "5_gelu reference: correct 0.998x [0.990, 1.006]")
+        progress.note("5_gelu done: no faster variant found; keeping the reference")
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and all(line.startswith("[") and "s] 5_gelu" in line for line in lines)
+    assert "best 1.020x" not in out.getvalue()
+
+
+def test_terminal_mode_draws_bars_and_keeps_notes() -> None:
+    progress, out = reporter(terminal=True)
+    assert progress.live
+    with progress:
+        bar = progress.bar("5_gelu", total=2)
+        progress.advance(bar, "5_gelu cuda-graph: correct 1.020x")
+        progress.note("5_gelu done: faster: cuda-graph 1.020x")
+    text = out.getvalue()
+    assert "5_gelu done: faster" in text and "1/2" in text
+
+
+def test_line_wording() -> None:
+    ok = evaluation_line("3_softmax", "cuda-graph", ok=True, speedup=1.02, ci_low=1.001, ci_high=1.04)
+    assert ok == "3_softmax cuda-graph: correct 1.020x [1.001, 1.040]"
+    bad = evaluation_line("3_softmax", "llm-r1-s0", ok=False, speedup=None, error="correctness stage: NaN")
+    assert bad == "3_softmax llm-r1-s0: not ok: correctness stage: NaN"
+    slower = task_line("3_softmax", faster=False, label="cuda-graph", speedup=0.95, ci_low=0.93, ci_high=0.97)
+    assert "no faster variant found (best tried: cuda-graph 0.950x [0.930, 0.970]); keeping the reference" in slower
+    assert task_line("a", faster=True, label="x", speedup=1.5) == "a done: faster: x 1.500x"
