@@ -2,7 +2,8 @@
 maps the outcome to an exit code (codes, consoles and errors: ``cli.common``).
 
 One module per command: ``tasks`` (``tasks list``), ``eval_cmd`` (``eval``), ``verify``,
-``optimize`` and ``runs`` (``runs show``).
+``optimize``, ``runs`` (``runs show``) and ``report``; long commands show progress through
+``cli.progress``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import typer
 
 from cudal1.cli.eval_cmd import eval_command
 from cudal1.cli.optimize import optimize_command
+from cudal1.cli.report import report_command
 from cudal1.cli.runs import runs_app
 from cudal1.cli.tasks import tasks_app
 from cudal1.cli.verify import verify_command
@@ -26,6 +28,7 @@ app.command("eval")(eval_command)
 app.command("verify")(verify_command)
 app.command("optimize")(optimize_command)
 app.add_typer(runs_app, name="runs")
+app.command("report")(report_command)
 
 
 def main() -> None:

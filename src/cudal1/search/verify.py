@@ -283,3 +283,14 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
     return str(value)  # Path and anything else
+
+
+def load_verify_report(path: Path) -> dict[str, Any]:
+    """A report ``cudal1 verify --json`` wrote; a file that is not one is a ``TaskError``."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise TaskError(f"{path}: cannot read a verify report: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        raise TaskError(f"{path}: not a verify report (no rows)")
+    return data
