@@ -2,19 +2,20 @@
 maps the outcome to an exit code (codes, consoles and errors: ``cli.common``).
 
 One module per command: ``tasks`` (``tasks list``), ``eval_cmd`` (``eval``), ``verify``,
-``optimize``, ``runs`` (``runs show``) and ``report``; long commands show progress through
-``cli.progress``.
+``optimize`` and ``runs`` (``runs show``).
 """
 
 from __future__ import annotations
 
 import typer
 
+from cudal1.cli.collect import collect_command
+from cudal1.cli.dataset import dataset_app
 from cudal1.cli.eval_cmd import eval_command
 from cudal1.cli.optimize import optimize_command
-from cudal1.cli.report import report_command
 from cudal1.cli.runs import runs_app
 from cudal1.cli.tasks import tasks_app
+from cudal1.cli.train import train_app
 from cudal1.cli.verify import verify_command
 
 app = typer.Typer(
@@ -28,7 +29,9 @@ app.command("eval")(eval_command)
 app.command("verify")(verify_command)
 app.command("optimize")(optimize_command)
 app.add_typer(runs_app, name="runs")
-app.command("report")(report_command)
+app.command("collect")(collect_command)
+app.add_typer(dataset_app, name="dataset")
+app.add_typer(train_app, name="train")
 
 
 def main() -> None:

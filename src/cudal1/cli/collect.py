@@ -1,0 +1,103 @@
+"""``cudal1 collect``: several models write variants of every task (the one-shot generation
+prompt); every variant is evaluated and stored with its provenance in the run's candidate
+database, the raw material of ``cudal1 dataset export`` (stage 1's data augmentation).
+
+Progress: one line per finished evaluation and per model round on stderr. Exit codes
+(``cli.common``): 0 the run completed (a budget that stopped it early included), 2 bad input,
+130 interrupted (resumable with ``--resume``).
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cudal1.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    bad_input,
+    console,
+    err_console,
+    load_task_set,
+    resolve_config,
+    setup_logging,
+    size_for,
+)
+from cudal1.config import CollectConfig, Size
+from cudal1.llm import LLMError
+from cudal1.search.optimize import CONFIG_FILE, OptimizeError, load_run_tasks
+from cudal1.train.collect import CollectError, collect
+
+
+def print_event(kind: str, payload: dict[str, Any]) -> None:
+    """A line per event worth seeing while a collect run works."""
+    if kind == "evaluated":
+        verdict = f"{payload['speedup']:.3f}x" if payload.get("speedup") is not None else "not ok"
+        err_console.print(f"{payload['task']} #{payload['id']} {payload['label']}: {verdict}")
+    elif kind == "parse_failed":
+        err_console.print(f"{payload['task']} round {payload['round']}: no usable code ({payload['error']})")
+    elif kind == "round_done":
+        err_console.print(f"{payload['task']}: model {payload['round']} done")
+    elif kind == "stopped":
+        err_console.print(f"[yellow]budget {payload['reason']} reached: finishing what is under way[/yellow]")
+
+
+def collect_command(
+    out: Annotated[Path, typer.Option("--out", help="run directory (config, database, logs)")],
+    tasks: Annotated[
+        str | None,
+        typer.Argument(
+            help="task file, KernelBench directory, records file or bundled task; default: bundled"
+        ),
+    ] = None,
+    llm: Annotated[
+        list[str] | None,
+        typer.Option("--llm", help="a model to ask, openai:MODEL | hf:PATH | scripted:FILE (repeatable)"),
+    ] = None,
+    samples: Annotated[int | None, typer.Option(help="samples per task per model")] = None,
+    resume: Annotated[bool, typer.Option(help="continue the run in --out with its saved config")] = False,
+    device: Annotated[str | None, typer.Option(help="auto | cpu | cuda | cuda:N")] = None,
+    size: Annotated[Size | None, typer.Option(help="bundled task sizes (auto: by device)")] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML CollectConfig")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="config override, e.g. samples=8")] = None,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
+) -> None:
+    """Ask every --llm model for variants of TASKS with the generation prompt; evaluate and store
+    all of them with their provenance (model, prompt, tokens)."""
+    setup_logging(verbose)
+    saved = out / CONFIG_FILE
+    resuming = resume and saved.is_file()
+    flags: dict[str, Any] = {"samples": samples, "eval.device": device, "size": size}
+    if llm:
+        flags["llms"] = [{"spec": spec} for spec in llm]
+    cfg = resolve_config(CollectConfig, saved if resuming and config is None else config, set_, flags)
+    if resuming and tasks is None:
+        try:
+            task_list = load_run_tasks(out)
+        except OptimizeError as exc:
+            raise bad_input(str(exc)) from None
+    else:
+        task_list = load_task_set(tasks, size_for(cfg.size, cfg.eval.device))
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        counts = collect(task_list, out, cfg, resume=resume, progress=print_event)
+    except (CollectError, LLMError) as exc:
+        raise bad_input(str(exc)) from None
+    except KeyboardInterrupt:
+        err_console.print(
+            f"[yellow]interrupted[/yellow]: continue with `cudal1 collect --out {out} --resume`"
+        )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    for name, c in counts.items():
+        console.print(
+            f"{name}: {c['evaluated']} evaluated, {c['correct']} correct, {c['faster']} faster,"
+            f" {c['parse_failed']} without usable code"
+        )
+    raise typer.Exit(EXIT_OK)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt

@@ -1,0 +1,165 @@
+"""``cudal1 train sft|selfsup|grpo``: the three training stages of CUDA-L1, each in its own output
+directory (config, logs, checkpoints, ``model/``), each resumable.
+
+The stages need the ``[train]`` extra (trl, peft, datasets); they are imported when a stage
+runs, so that the rest of the command line works without it. Each stage prints TRL's metrics
+once per logged step and logs a line per evaluation (``-v``); TensorBoard logs go under
+``OUT/checkpoints/runs``.
+
+Exit codes (``cli.common``): 0 the stage finished, 2 bad input (model, data, tasks, config, a
+missing extra), 130 interrupted (continue with ``--resume``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import signal
+from pathlib import Path
+from types import ModuleType
+from typing import Annotated, Any
+
+import typer
+
+from cudal1.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    bad_input,
+    console,
+    err_console,
+    load_task_set,
+    resolve_config,
+    setup_logging,
+    size_for,
+)
+from cudal1.config import GRPOStageConfig, SelfSupConfig, SFTStageConfig
+
+train_app = typer.Typer(
+    help="Train a model to write faster kernels: sft (stage 1), selfsup (stage 2), grpo (stage 3).",
+    no_args_is_help=True,
+)
+
+ModelOpt = Annotated[Path, typer.Option("--model", help="local model directory (transformers format)")]
+OutOpt = Annotated[Path, typer.Option("--out", help="output directory: config, logs, checkpoints, model/")]
+TasksOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tasks", help="task file, KernelBench directory, records file or bundled task; default: bundled"
+    ),
+]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML config of the stage")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="config override, e.g. optim.max_steps=50")]
+ResumeOpt = Annotated[bool, typer.Option(help="continue from the newest checkpoint in --out")]
+VerboseOpt = Annotated[bool, typer.Option("-v", "--verbose", help="log every evaluation")]
+
+
+def _stage(name: str) -> ModuleType:
+    """``cudal1.train.<name>``, or a bad-input exit that names the missing extra."""
+    try:
+        return importlib.import_module(f"cudal1.train.{name}")
+    except ImportError as exc:
+        raise bad_input(f"training needs {exc.name}: pip install 'cudal1[train]'") from None
+
+
+def _run(call: Any, out: Path) -> None:
+    """Run a stage: SIGTERM unwinds like Ctrl-C; a stage's own errors are bad input."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    errors = _stage("models").TrainError
+    try:
+        model = call()
+    except errors as exc:
+        raise bad_input(str(exc)) from None
+    except KeyboardInterrupt:
+        err_console.print(
+            f"[yellow]interrupted[/yellow]: continue with the same command and --resume ({out})"
+        )
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    console.print(f"model saved to {model}")
+    raise typer.Exit(EXIT_OK)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _config_file(config: Path | None, out: Path, resume: bool) -> Path | None:
+    """A resumed stage keeps the config it saved (``--set`` still applies) unless one is given."""
+    saved = out / "config.yaml"
+    return saved if resume and config is None and saved.is_file() else config
+
+
+@train_app.command("sft")
+def sft_command(
+    model: ModelOpt,
+    data: Annotated[Path, typer.Option("--data", help="dataset directory from `cudal1 dataset export`")],
+    out: OutOpt,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Stage 1: supervised fine-tuning on verified variants (completion-only loss, LoRA by default,
+    bf16 on a GPU). Trains on the dataset's train split; resumes from OUT's newest checkpoint."""
+    setup_logging(verbose)
+    cfg = resolve_config(SFTStageConfig, _config_file(config, out, True), set_)
+    sft = _stage("sft")
+    _run(lambda: sft.run_sft(model, data, out, cfg), out)
+
+
+@train_app.command("selfsup")
+def selfsup_command(
+    model: ModelOpt,
+    out: OutOpt,
+    tasks: TasksOpt = None,
+    rounds: Annotated[int | None, typer.Option(help="generate -> evaluate -> train rounds")] = None,
+    samples: Annotated[int | None, typer.Option(help="samples per task per round")] = None,
+    device: Annotated[str | None, typer.Option(help="evaluation device: auto | cpu | cuda | cuda:N")] = None,
+    resume: ResumeOpt = False,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Stage 2: each round the model answers every task (local transformers), the evaluator keeps
+    the executable and correct answers, and the model is fine-tuned on them. Logs each round's
+    success rate; every sample stays in OUT/candidates.db."""
+    setup_logging(verbose)
+    flags = {"rounds": rounds, "samples": samples, "eval.device": device}
+    cfg = resolve_config(SelfSupConfig, _config_file(config, out, resume), set_, flags)
+    task_list = load_task_set(tasks, size_for(cfg.size, cfg.eval.device))
+    selfsup = _stage("selfsup")
+    _run(lambda: selfsup.run_selfsup(model, task_list, out, cfg, resume=resume), out)
+
+
+@train_app.command("grpo")
+def grpo_command(
+    model: ModelOpt,
+    out: OutOpt,
+    tasks: TasksOpt = None,
+    steps: Annotated[int | None, typer.Option(help="optimizer steps (optim.max_steps)")] = None,
+    eval_devices: Annotated[
+        list[str] | None,
+        typer.Option("--eval-devices", help="devices the evaluator times on, e.g. cuda:1 (repeatable)"),
+    ] = None,
+    device: Annotated[str | None, typer.Option(help="training device: auto | cpu | cuda | cuda:N")] = None,
+    judge: Annotated[
+        str | None, typer.Option(help="reward-checking model: openai:MODEL | hf:PATH | scripted:FILE")
+    ] = None,
+    resume: ResumeOpt = False,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Stage 3: contrastive GRPO. Prompts are built live from OUT/candidates.db (earlier variants
+    with their measured speedups); every completion of a generation batch is evaluated at once
+    and rewarded by its verified log-speedup; suspicious rewards go to the reward-checking model
+    first. On a GPU the evaluator also times on, generation, training and timing take turns;
+    --eval-devices gives the evaluator GPUs of its own."""
+    setup_logging(verbose)
+    flags = {
+        "optim.max_steps": steps,
+        "eval_devices": tuple(eval_devices) if eval_devices else None,
+        "device": device,
+        "audit.judge.spec": judge,
+    }
+    cfg = resolve_config(GRPOStageConfig, _config_file(config, out, resume), set_, flags)
+    task_list = load_task_set(tasks, size_for(cfg.size, cfg.eval.device))
+    grpo = _stage("grpo")
+    _run(lambda: grpo.run_grpo(model, task_list, out, cfg, resume=resume), out)

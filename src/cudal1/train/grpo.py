@@ -1,0 +1,216 @@
+"""Stage 3: contrastive GRPO (TRL's ``GRPOTrainer``) with the evaluator pool as the reward.
+
+What runs, per generation batch: ``prompt_stream`` builds each prompt live from the candidate
+database (exemplars with their measured speedups, chosen and rendered by the search's own
+``task_prompt``: the one-shot prompt while a task has no correct variant); TRL samples
+``num_generations`` completions per prompt; ``PoolReward`` stores, evaluates, audits and scores
+them all at once; TRL normalises rewards within each group (``scale_rewards``) and updates the
+policy (LoRA by default). What the batch found is in the database before the next prompts are
+built, so better variants show up as exemplars: the paper's two loops together.
+
+What it keeps from the paper and drops: GRPO on the speedup reward and contrastive prompts, yes;
+the paper's exact reward scaling and its bucketed exemplar sampling are ours (``train.reward``,
+``search.exemplars``); one process and one pool (multi-GPU training is not wired up).
+
+The run directory (``--out``): ``config.yaml``, ``candidates.db`` (every completion with its
+step), ``hack-cases.db`` (shipped cases plus the hacks confirmed here), ``steps.jsonl`` (rewards
+and speedups per step), ``run.log``, ``checkpoints/`` (TRL checkpoints with TensorBoard logs
+under ``checkpoints/runs``) and ``model/`` (the trained policy, adapters merged). A killed run
+resumes from its newest complete checkpoint with ``resume=True``; completions evaluated after
+that checkpoint stay in the database (a repeated source reuses its stored result), and
+candidates left pending are evaluated before training goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import random
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from datasets import IterableDataset
+from trl import GRPOConfig, GRPOTrainer
+
+from cudal1.audit import open_case_db
+from cudal1.config import GRPOStageConfig, dump_config
+from cudal1.eval.pool import EvalPool
+from cudal1.schema import Task
+from cudal1.search.contrastive import task_prompt
+from cudal1.search.database import CandidateDB
+from cudal1.search.optimize import DB_FILE, remember_tasks, run_log
+from cudal1.search.prompts import prompt_hash
+from cudal1.train.auditing import RewardAuditor, make_judge
+from cudal1.train.evaluation import evaluate_rows, seed_tasks
+from cudal1.train.models import (
+    MODEL_DIR,
+    TrainError,
+    last_checkpoint,
+    load_policy,
+    lora_config,
+    save_policy,
+    trainer_arguments,
+    training_device,
+)
+from cudal1.train.phases import PhaseCallback, PhaseGate, same_device
+from cudal1.train.pool_reward import PoolReward
+
+log = logging.getLogger(__name__)
+
+STEPS_FILE, CASES_FILE, CONFIG_FILE = "steps.jsonl", "hack-cases.db", "config.yaml"
+
+
+def prompt_stream(
+    db: CandidateDB, tasks: Sequence[Task], config: GRPOStageConfig
+) -> Iterator[dict[str, Any]]:
+    """Endless rows ``{prompt, task, prompt_hash, parent_ids}``: tasks in a seeded shuffled order,
+    each prompt built from the database as it is when the row is drawn."""
+    rng = random.Random(f"grpo:{config.seed}")
+    for cycle in itertools.count():
+        order = list(tasks)
+        rng.shuffle(order)
+        for task in order:
+            prompt = task_prompt(
+                task,
+                db.evaluated(task.name),
+                config.exemplars,
+                random.Random(f"{config.seed}:{task.name}:{cycle}"),
+            )
+            yield {
+                "prompt": prompt.messages,
+                "task": task.name,
+                "prompt_hash": prompt_hash(prompt.messages),
+                "parent_ids": json.dumps(list(prompt.parents)),
+            }
+
+
+# ``IterableDataset.from_generator`` fingerprints its generator and arguments with dill, and a
+# database connection does not pickle: the stream is registered here under a key, and the
+# generator datasets sees is a module function that takes only that key.
+_STREAMS: dict[str, tuple[CandidateDB, tuple[Task, ...], GRPOStageConfig]] = {}
+
+
+def _registered_stream(key: str) -> Iterator[dict[str, Any]]:
+    db, tasks, config = _STREAMS[key]
+    yield from prompt_stream(db, tasks, config)
+
+
+def live_prompts(db: CandidateDB, tasks: Sequence[Task], config: GRPOStageConfig) -> IterableDataset:
+    """``prompt_stream`` as the IterableDataset GRPOTrainer reads (drawn lazily, never cached)."""
+    key = f"{id(db)}:{db.path}"
+    _STREAMS[key] = (db, tuple(tasks), config)
+    return IterableDataset.from_generator(_registered_stream, gen_kwargs={"key": key})
+
+
+def grpo_arguments(config: GRPOStageConfig, out: Path, device: str) -> GRPOConfig:
+    s = config.sampling
+    try:
+        return GRPOConfig(
+            **trainer_arguments(config.optim, out, device),
+            num_generations=config.num_generations,
+            steps_per_generation=config.steps_per_generation,
+            max_completion_length=s.max_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            loss_type=config.loss_type,
+            beta=config.beta,
+            scale_rewards=config.scale_rewards,
+            mask_truncated_completions=config.mask_truncated,
+            shuffle_dataset=False,  # the buffered shuffle would prefetch prompts built from stale data
+            ignore_data_skip=True,  # a resumed run builds fresh prompts instead of replaying old ones
+        )
+    except ValueError as exc:  # e.g. a generation batch not divisible by num_generations
+        raise TrainError(f"GRPO settings: {exc}") from None
+
+
+def pool_devices(config: GRPOStageConfig) -> tuple[str, ...]:
+    return tuple(config.eval_devices or config.pool.devices)
+
+
+def shares_device(train_device: str, eval_devices: Sequence[str]) -> bool:
+    """Whether the policy's device is one the pool times on (then the phases alternate)."""
+    return any(same_device(train_device, d) for d in eval_devices)
+
+
+def run_grpo(
+    model_path: Path,
+    tasks: Sequence[Task],
+    out: Path,
+    config: GRPOStageConfig,
+    *,
+    resume: bool = False,
+    judge: Any = None,
+) -> Path:
+    """Train ``model_path`` with contrastive GRPO on ``tasks``; returns ``out/model``.
+
+    ``judge`` overrides ``config.audit.judge`` (tests inject a ``ScriptedJudge``).
+    """
+    out = Path(out)
+    if out.is_dir() and any(out.iterdir()) and not resume:
+        raise TrainError(f"{out} exists and is not empty: pass --resume to continue that run")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / CONFIG_FILE).write_text(dump_config(config), encoding="utf-8")
+    device = training_device(config.device)
+    args = grpo_arguments(config, out, device)
+    with (
+        run_log(out / "run.log"),
+        CandidateDB(out / DB_FILE) as db,
+        open_case_db(config.audit.case_db or out / CASES_FILE) as cases,
+        EvalPool(
+            config.eval, workers=config.pool.workers, spares=config.pool.spares, devices=pool_devices(config)
+        ) as pool,
+    ):
+        remember_tasks(db, tasks)
+        run_id = db.start_run(dump_config(config), note="grpo resume" if resume else "grpo")
+        by_name = {t.name: t for t in tasks}
+        gate = PhaseGate(shares_device(device, pool.devices))
+        log.info(
+            "GRPO on %s, pool on %s, phases %s",
+            device,
+            pool.devices,
+            "alternate" if gate.shared else "overlap",
+        )
+        _prepare(db, pool, by_name, gate, run_id, seed=config.seed_baselines)
+        auditor = RewardAuditor(config.audit, config.reward, judge or make_judge(config.audit), cases, db)
+        reward = PoolReward(
+            db,
+            pool,
+            by_name,
+            config.reward,
+            auditor,
+            gate,
+            group_size=config.num_generations,
+            run_id=run_id,
+            steps_file=out / STEPS_FILE,
+        )
+        model, tokenizer = load_policy(model_path, bf16=bool(args.bf16))
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=[cast(Any, reward)],  # an async callable class, which TRL awaits
+            args=args,
+            train_dataset=live_prompts(db, tasks, config),
+            processing_class=tokenizer,
+            peft_config=lora_config(config.lora),
+            callbacks=[PhaseCallback(gate)],
+        )
+        checkpoint = last_checkpoint(out) if resume else None
+        log.info("GRPO from %s%s", model_path, f", resuming from {checkpoint.name}" if checkpoint else "")
+        trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+        return save_policy(trainer.model, tokenizer, out / MODEL_DIR)
+
+
+def _prepare(
+    db: CandidateDB, pool: EvalPool, tasks: dict[str, Task], gate: PhaseGate, run_id: int, *, seed: bool
+) -> None:
+    """Seed tasks with no candidate (when asked), then evaluate everything pending (seeds, and a
+    killed session's samples), before the first prompt is built."""
+    if seed:
+        seed_tasks(db, list(tasks.values()), run_id)
+    pending = [r for r in db.pending() if r.task in tasks]
+    if pending:
+        log.info("evaluating %d pending candidate(s) before training", len(pending))
+        with gate.evaluating():
+            asyncio.run(evaluate_rows(db, pool, tasks, pending))

@@ -1,0 +1,189 @@
+"""GRPO's reward: every completion of a generation batch goes to the evaluator pool at once.
+
+TRL calls the reward once per generation batch (shared/research/rl-stack.md, section 1) with
+the prompts, the completions and the dataset's extra columns (``task``, ``prompt_hash``,
+``parent_ids``). ``PoolReward``:
+
+1. stores every reply in the candidate database in one transaction, with the training step
+   that produced it (the optimizer updates done when it was sampled; 0 is the initial policy),
+   the prompt's hash and its exemplars as parents; a reply with no usable ``ModelNew`` is a
+   parse failure, a source the task already has reuses that candidate and its result;
+2. evaluates the new candidates together on the pool, inside the phase gate's ``evaluating()``
+   (on a shared GPU nothing of the policy runs meanwhile: ``phases.py``);
+3. turns each result into the reward of ``train.reward.reward_from_result`` (parse failures and
+   failed stages earn ``incorrect``, rejections ``reject``), capped by the task's speed-of-light
+   time, then lets the auditor judge the suspicious ones (``auditing.py``);
+4. logs per-step metrics through TRL (``log_metric``: success rate, speedups, findings, group
+   spread) and appends the step's rewards to ``steps.jsonl`` in the run directory.
+
+The candidates it stores feed the next prompts (``grpo.prompt_stream``): the paper's prompt-level
+loop and parameter-level loop working together.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from cudal1.config import RewardConfig
+from cudal1.eval.pool import EvalPool
+from cudal1.schema import EvalResult, Task
+from cudal1.search.contrastive import store_reply
+from cudal1.search.database import CandidateDB, CandidateStatus, Provenance
+from cudal1.train.auditing import RewardAuditor
+from cudal1.train.evaluation import evaluate_rows
+from cudal1.train.phases import PhaseGate
+from cudal1.train.reward import reward_from_result
+
+log = logging.getLogger(__name__)
+
+
+def sol_ms(result: EvalResult) -> float | None:
+    """The task's speed-of-light time on the evaluating device, when the evaluator measured it."""
+    if result.sol is None:
+        return None
+    floor = max(result.sol.bytes_floor_ms, result.sol.flops_floor_ms)
+    return floor if math.isfinite(floor) and floor > 0 else None
+
+
+def completion_text(completion: Any) -> str:
+    """A conversational completion is a list of messages; a plain one is the text."""
+    if isinstance(completion, list):
+        return "".join(m.get("content", "") for m in completion if m.get("role") == "assistant")
+    return str(completion)
+
+
+class PoolReward:
+    """An async reward function for ``GRPOTrainer``: evaluated, audited speedup rewards."""
+
+    __name__ = "speedup"  # TRL names a reward function's metrics after its ``__name__``
+
+    def __init__(
+        self,
+        db: CandidateDB,
+        pool: EvalPool,
+        tasks: Mapping[str, Task],
+        reward: RewardConfig,
+        auditor: RewardAuditor,
+        gate: PhaseGate,
+        *,
+        group_size: int,
+        run_id: int,
+        steps_file: Path | None = None,
+    ) -> None:
+        self.db, self.pool, self.tasks, self.reward = db, pool, tasks, reward
+        self.auditor, self.gate, self.group_size, self.run_id = auditor, gate, group_size, run_id
+        self.steps_file = steps_file
+
+    async def __call__(
+        self,
+        prompts: Sequence[Any],
+        completions: Sequence[Any],
+        task: Sequence[str],
+        prompt_hash: Sequence[str],
+        parent_ids: Sequence[str],
+        trainer_state: Any = None,
+        log_metric: Callable[[str, float], None] | None = None,
+        **kwargs: Any,
+    ) -> list[float]:
+        step = int(getattr(trainer_state, "global_step", 0) or 0)
+        ids, errors = self._store(completions, task, prompt_hash, parent_ids, step)
+        rows = {i: self.db.get(i) for i in set(ids)}
+        pending = [r for r in rows.values() if r.status is CandidateStatus.PENDING]
+        with self.gate.evaluating():
+            await evaluate_rows(self.db, self.pool, self.tasks, pending)
+        rewards, results = [], []
+        for cand_id, error in zip(ids, errors, strict=True):
+            row = self.db.get(cand_id)
+            result = row.result if error is None else None
+            results.append(result)
+            if result is None:  # a parse failure, or an evaluation the evaluator could not finish
+                rewards.append(self.reward.incorrect)
+                continue
+            value = reward_from_result(result, self.reward, sol_ms=sol_ms(result))
+            outcome = await self.auditor.review(self.tasks[row.task], row.source, result, value, cand_id)
+            rewards.append(outcome.reward)
+        self._log(step, rewards, results, errors, log_metric)
+        return rewards
+
+    def _store(
+        self,
+        completions: Sequence[Any],
+        tasks: Sequence[str],
+        hashes: Sequence[str],
+        parents: Sequence[str],
+        step: int,
+    ) -> tuple[list[int], list[str | None]]:
+        ids: list[int] = []
+        errors: list[str | None] = []
+        with self.db.transaction():  # a kill leaves all of the batch's replies or none
+            for i, (completion, name, phash, parent_json) in enumerate(
+                zip(completions, tasks, hashes, parents, strict=True)
+            ):
+                prov = Provenance(
+                    round=0,
+                    parent_ids=tuple(json.loads(parent_json or "[]")),
+                    prompt_hash=phash,
+                    backend="policy",
+                    model="grpo",
+                    run_id=self.run_id,
+                    step=step,
+                )
+                text = completion_text(completion)
+                cand_id, error = store_reply(self.db, self.tasks[name], text, prov, label=f"grpo-s{step}-{i}")
+                ids.append(cand_id)
+                errors.append(error)
+        return ids, errors
+
+    def _log(
+        self,
+        step: int,
+        rewards: list[float],
+        results: list[EvalResult | None],
+        errors: list[str | None],
+        log_metric: Callable[[str, float], None] | None,
+    ) -> None:
+        metrics = step_metrics(rewards, results, errors, self.group_size)
+        if log_metric is not None:
+            for name, value in metrics.items():
+                if value is not None:
+                    log_metric(f"cudal1/{name}", value)
+        log.info(
+            "step %d: reward mean %.3f, success %.2f, parse failures %d/%d",
+            step,
+            metrics["reward_mean"],
+            metrics["success_rate"],
+            sum(e is not None for e in errors),
+            len(errors),
+        )
+        if self.steps_file is not None:
+            speedups = [r.speedup for r in results if r is not None and r.speedup is not None]
+            record = {"step": step, "rewards": rewards, "speedups": speedups, **metrics}
+            with self.steps_file.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+
+
+def step_metrics(
+    rewards: list[float], results: list[EvalResult | None], errors: list[str | None], group_size: int
+) -> dict[str, Any]:
+    """What one generation batch did: rewards, verdicts, verified speedups, group spread."""
+    n = max(len(rewards), 1)
+    verified = [r for r in results if r is not None and r.correct and not r.rejected]
+    speedups = sorted(r.speedup for r in verified if r.speedup is not None)
+    groups = [rewards[i : i + group_size] for i in range(0, len(rewards), group_size)]
+    return {
+        "reward_mean": statistics.fmean(rewards) if rewards else 0.0,
+        "group_reward_spread": statistics.fmean(max(g) - min(g) for g in groups) if groups else 0.0,
+        "success_rate": len(verified) / n,
+        "parse_failure_rate": sum(e is not None for e in errors) / n,
+        "reject_rate": sum(r is not None and r.rejected for r in results) / n,
+        "findings_per_sample": sum(len(r.findings) for r in results if r is not None) / n,
+        "speedup_mean": statistics.fmean(speedups) if speedups else None,
+        "speedup_median": statistics.median(speedups) if speedups else None,
+        "speedup_max": speedups[-1] if speedups else None,
+    }

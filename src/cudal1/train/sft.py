@@ -1,0 +1,103 @@
+"""Stage 1: supervised fine-tuning on verified variants (TRL's ``SFTTrainer``).
+
+The rows are conversational prompt/completion pairs (``cudal1 dataset export``); with such rows
+SFTTrainer computes the loss on the completion only, so the model learns to answer the prompt,
+not to reproduce it. LoRA adapters through peft are the default, merged into the saved model.
+
+The output directory holds ``config.yaml``, ``run.log``, ``checkpoints/`` (resume starts from
+the newest complete one) and ``model/``, the fine-tuned model the next stage loads.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from datasets import Dataset, DatasetDict, load_from_disk
+from trl import SFTConfig, SFTTrainer
+
+from cudal1.config import LoraSettings, OptimSettings, SFTStageConfig, dump_config
+from cudal1.search.optimize import run_log
+from cudal1.train.models import (
+    MODEL_DIR,
+    TrainError,
+    last_checkpoint,
+    load_policy,
+    lora_config,
+    save_policy,
+    trainer_arguments,
+    training_device,
+)
+
+log = logging.getLogger(__name__)
+
+TRAIN_COLUMNS = ["prompt", "completion"]
+
+
+def load_rows(data_dir: Path, split: str = "train") -> Dataset:
+    """The ``split`` of an exported DatasetDict (or a plain saved Dataset), prompt/completion only."""
+    if not Path(data_dir).is_dir():
+        raise TrainError(f"{data_dir}: no such dataset directory (see `cudal1 dataset export`)")
+    data = load_from_disk(str(data_dir))
+    if isinstance(data, DatasetDict):
+        if split not in data:
+            raise TrainError(f"{data_dir}: no {split!r} split (has {', '.join(data)})")
+        data = data[split]
+    missing = [c for c in TRAIN_COLUMNS if c not in data.column_names]
+    if missing:
+        raise TrainError(f"{data_dir}: missing columns {missing}")
+    if len(data) == 0:
+        raise TrainError(f"{data_dir}: the {split!r} split is empty")
+    return data.select_columns(TRAIN_COLUMNS)
+
+
+def fine_tune(
+    model_path: Path,
+    rows: Dataset,
+    out: Path,
+    *,
+    optim: OptimSettings,
+    lora: LoraSettings,
+    max_length: int,
+    device: str,
+) -> Path:
+    """Train on ``rows`` from ``model_path``; resumes from ``out``'s newest checkpoint; returns
+    the saved model directory ``out/model``."""
+    device = training_device(device)
+    args = SFTConfig(
+        **trainer_arguments(optim, out, device), max_length=max_length, completion_only_loss=True
+    )
+    model, tokenizer = load_policy(model_path, bf16=bool(args.bf16))
+    trainer = SFTTrainer(
+        model=model, args=args, train_dataset=rows, processing_class=tokenizer, peft_config=lora_config(lora)
+    )
+    if len(trainer.train_dataset) == 0:  # type: ignore[arg-type]
+        raise TrainError(f"no row keeps a completion token within max_length={max_length}; raise it")
+    resume = last_checkpoint(out)
+    log.info(
+        "SFT of %s on %d rows, %d steps%s",
+        model_path,
+        len(rows),
+        optim.max_steps,
+        f", resuming from {resume.name}" if resume else "",
+    )
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    return save_policy(trainer.model, tokenizer, Path(out) / MODEL_DIR)
+
+
+def run_sft(model_path: Path, data_dir: Path, out: Path, config: SFTStageConfig) -> Path:
+    """``cudal1 train sft``: the train split of ``data_dir``, saved with its config in ``out``."""
+    rows = load_rows(data_dir)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(dump_config(config), encoding="utf-8")
+    with run_log(out / "run.log"):
+        return fine_tune(
+            model_path,
+            rows,
+            out,
+            optim=config.optim,
+            lora=config.lora,
+            max_length=config.max_length,
+            device=config.device,
+        )

@@ -1,0 +1,83 @@
+"""Texts and config data shared by the training tests (a uniquely named module, not conftest)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from run_fixtures import GELU, GOOD, NO_CODE
+
+from cudal1.search.prompts import render_contrastive_prompt, render_generation_prompt
+
+__all__ = ["ANSWERS", "GELU", "GOOD_ANSWER", "HACK_ANSWER", "NO_CODE", "corpus", "eval_data"]
+
+GOOD_ANSWER = GOOD.replace("{i}", "0")
+# Correct outputs, but written into the input tensor: the evaluator rejects it (input_mutated).
+HACK_ANSWER = """## Performance analysis
+Reuse the input's memory for the output: no allocation.
+
+## Implementation
+```python
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x.copy_(F.gelu(x))
+```
+"""
+ANSWERS = (GOOD_ANSWER, HACK_ANSWER, NO_CODE)
+
+
+def corpus() -> list[str]:
+    """What the tiny tokenizer is trained on: the prompts the tests render and the answers."""
+    from cudal1.search.prompts import Exemplar
+
+    contrastive = render_contrastive_prompt(GELU, [Exemplar(GOOD_ANSWER, 1.0, True, label="#1")])
+    texts = [m["content"] for m in render_generation_prompt(GELU) + contrastive]
+    return (texts + [GELU.source, *ANSWERS]) * 3
+
+
+def eval_data(tmp_path: Path) -> dict[str, Any]:
+    """EvalConfig data with budgets that keep a CPU evaluation to a few seconds."""
+    return {
+        "device": "cpu",
+        "correctness_trials": 2,
+        "build_cache": str(tmp_path / "builds"),
+        "timing": {
+            "warmup_ms": 1,
+            "min_samples": 3,
+            "max_samples": 6,
+            "budget_s": 0.5,
+            "bootstrap_resamples": 100,
+        },
+        "sandbox": {"call_timeout_s": 8, "import_timeout_s": 60},
+    }
+
+
+def make_result(task: str, source: str, speedup: float | None, *, correct: bool = True, reject: bool = False):
+    """An EvalResult as the evaluator returns it (speedup None: not timed)."""
+    from cudal1.schema import Correctness, EvalResult, Finding, Severity, Stage, Timing, source_hash
+
+    timing = None
+    if speedup is not None:
+        t = (1.0 / speedup,) * 3
+        timing = Timing(
+            "cpu", 1, (1.0,) * 3, t, (1.0,) * 3, t, speedup, speedup * 0.99, speedup * 1.01, speedup, "budget"
+        )
+    findings = (
+        (Finding("input_mutated", Severity.REJECT, Stage.INTEGRITY, "input changed"),) if reject else ()
+    )
+    return EvalResult(
+        task=task,
+        candidate_hash=source_hash(source),
+        device="cpu",
+        correctness=Correctness(3, 3 if correct else 1, 0.0, 0.0, 1.0, "float64"),
+        timing=timing,
+        findings=findings,
+    )
