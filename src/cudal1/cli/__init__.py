@@ -2,7 +2,8 @@
 maps the outcome to an exit code (codes, consoles and errors: ``cli.common``).
 
 One module per command: ``tasks`` (``tasks list``), ``eval_cmd`` (``eval``), ``verify``,
-``optimize`` and ``runs`` (``runs show``).
+``optimize``, ``runs`` (``runs show``), ``report``, ``collect``, ``dataset`` (``dataset export``) and
+``train`` (``train sft|selfsup|grpo``); long commands show progress through ``cli.progress``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from cudal1.cli.collect import collect_command
 from cudal1.cli.dataset import dataset_app
 from cudal1.cli.eval_cmd import eval_command
 from cudal1.cli.optimize import optimize_command
+from cudal1.cli.report import report_command
 from cudal1.cli.runs import runs_app
 from cudal1.cli.tasks import tasks_app
 from cudal1.cli.train import train_app
@@ -32,6 +34,7 @@ app.add_typer(runs_app, name="runs")
 app.command("collect")(collect_command)
 app.add_typer(dataset_app, name="dataset")
 app.add_typer(train_app, name="train")
+app.command("report")(report_command)
 
 
 def main() -> None:
