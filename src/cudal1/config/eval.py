@@ -77,6 +77,18 @@ class TimingConfig(StrictConfig):
     clock_disagreement: float = Field(
         0.10, gt=0, description="flag when the worker clock beats the trusted clock by more than this"
     )
+    budget_min_samples: int = Field(
+        10,
+        ge=3,
+        description="the budget stops sampling no earlier than this many samples (unless the stage "
+        "has run 3 x budget_s): a verdict from 3 samples read L1_81 at half its speed",
+    )
+    max_timing_sets: int = Field(
+        64, ge=1, description="fresh input sets per sample at most (one per timed call up to this)"
+    )
+    timing_sets_bytes: int = Field(
+        1 << 30, ge=0, description="fresh input sets per sample stay under this many bytes (at least one set)"
+    )
 
 
 class SandboxConfig(StrictConfig):

@@ -228,7 +228,12 @@ class Evaluation:
             self.reference(Command.BUILD, float64=self.config.tolerance.float64_reference, **common)
 
     def make_inputs(
-        self, seed: int, key: str, sizes: dict[str, int] | None = None, slot: str = "main", levels: bool = False
+        self,
+        seed: int,
+        key: str,
+        sizes: dict[str, int] | None = None,
+        slot: str = "main",
+        levels: bool = False,
     ) -> None:
         """Both workers make the same inputs from a seed drawn here; the reference keeps its outputs
         (and with ``levels`` calibrates what reduced precision looks like on them)."""
@@ -291,13 +296,16 @@ class Evaluation:
             proc.request(Command.FORGET, keys=keys, slots=slots or [])
 
     # -- correctness and timing ----------------------------------------------------------------
-    def _compare(self, key: str, raw_reply: bytes) -> tuple[Comparison, list[Any]]:
+    def _compare(
+        self, key: str | None, raw_reply: bytes, min_scale: float = 1.0
+    ) -> tuple[Comparison, list[Any]]:
         r = self.reference(
             Command.COMPARE,
             key=key,
             reply=raw_reply,
             tolerance=self.config.tolerance.model_dump(),
             device_type=_device_type(self.device),
+            min_scale=min_scale,
         )
         return Comparison(**r["comparison"]), list(r["digests"])
 
@@ -331,23 +339,48 @@ class Evaluation:
         self.forget([f"check{n - 1}"])
 
     def _time(self, seeds: _Seeds) -> None:
-        assert self.cand is not None and self.ref is not None
+        assert self.cand is not None and self.ref is not None and self.correctness is not None
         cfg = self.config.timing
         keys = [f"time{i}" for i in range(self.config.timing_input_sets)]
         with self.phase("timing_inputs"):
-            for key in keys:
-                self.make_inputs(seeds.next(), key)
+            for key in keys:  # warm-up inputs; every timed sample gets fresh ones (refresh)
+                seed = seeds.next()
+                want = self.reference(Command.MAKE_INPUTS, seed=seed, key=key)["digest"]
+                self.check_inputs(
+                    want, self.candidate(Command.MAKE_INPUTS, seed=seed, key=key)["digest"], key
+                )
         timing_args: dict[str, Any] = {
             "keys": keys,
             "flush_bytes": cfg.flush_l2_bytes,
             "lead_us": cfg.lead_us,
         }
-        self.reference(Command.SET_TIMING_INPUTS, **timing_args)
+        allow_tf32 = self.config.guards.precision_policy != "task"
+        self.reference(Command.SET_TIMING_INPUTS, allow_tf32=allow_tf32, **timing_args)
         self.candidate(Command.SET_TIMING_INPUTS, **timing_args)
         cand = self.cand
+        # Checked with the room its worst correctness set had against float64, and its precision
+        # judged against the levels the first correctness set calibrated (a candidate that
+        # computes at lower precision only while timed: audit/cases/timing_aware_half_precision.py).
+        room = max(self.correctness.tolerance_scale, 1.0)
+        tf32 = reference_may_use_tf32(self.task.source, _device_type(self.device))
+        timed_precision = PrecisionTracker(self.config.guards.precision_policy, tf32)
+        levels = next(iter(self._levels.values()), None)
 
-        def check(sample: int, set_index: int, digests: list[Any]) -> str | None:
-            cmp, real = self._compare(keys[set_index], cand.request_raw(Command.FETCH_LAST))
+        def refresh(sample: int, calls: int) -> int:
+            args = {
+                "seed": seeds.next(),
+                "count": min(calls, cfg.max_timing_sets),
+                "max_bytes": cfg.timing_sets_bytes,
+            }
+            want = self.reference(Command.REFRESH_INPUTS, **args)
+            self.check_inputs(
+                want["digest"], self.candidate(Command.REFRESH_INPUTS, **args)["digest"], f"timed{sample}"
+            )
+            return int(want["count"])
+
+        def check(sample: int, digests: list[Any]) -> str | None:
+            cmp, real = self._compare(None, cand.request_raw(Command.FETCH_LAST), room)
+            timed_precision.add(cmp, levels)
             if list(digests) != real:
                 return (
                     f"sample {sample}: the output fetched afterwards is not the one timed (digest mismatch)"
@@ -359,12 +392,14 @@ class Evaluation:
                 WorkerEndpoint(self.ref.process),
                 WorkerEndpoint(cand),
                 cfg,
-                len(keys),
                 check,
+                refresh,
                 rng=random.Random(seeds.next()),
             )
         self.timing, findings = timing_verdict(outcome, self.device, cfg.clock_disagreement)
         self.findings.extend(findings)
+        if all(f.code != "reduced_precision" for f in self.findings):
+            self.findings.extend(timed_precision.findings())
         drift = reference_drift(
             self._cache_root() / "baselines",
             self.timing,

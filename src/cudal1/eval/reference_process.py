@@ -135,14 +135,33 @@ class ReferenceServer(WorkerServer):
                 found[name] = None
         return found
 
-    def compare(self, key: str, reply: bytes, tolerance: dict[str, Any], device_type: str) -> dict[str, Any]:
-        """Compare a candidate's forwarded reply with the kept reference outputs."""
+    def compare(
+        self,
+        key: str | None,
+        reply: bytes,
+        tolerance: dict[str, Any],
+        device_type: str,
+        min_scale: float = 1.0,
+    ) -> dict[str, Any]:
+        """Compare a candidate's forwarded reply with the kept reference outputs of set ``key``,
+        or (``key`` None) with this worker's last timed output: a timed sample's inputs are made
+        fresh for it, and the reference timed the same ones in the same sample. Then a float64
+        twin, made for this check and dropped after it (the timing memory picture stays), runs on
+        those inputs, so a timed output's precision is judged as the correctness sets' were;
+        without one the allowed room doubles, for the fp32 reference's own error."""
         cand = decode(reply)["outputs"]
         cand["values"] = [to_device(v, self.device) for v in cand["values"]]
         cand_digests = [digest(v) if isinstance(v, torch.Tensor) else None for v in cand["values"]]
-        ref, ref64 = (_on(d, self.device) for d in self.expected[key])
+        ref: dict[str, Any] | None
+        ref64: dict[str, Any] | None
+        if key is None:
+            ref, ref64 = describe(self.last_output), self._timed_float64()
+            min_scale = min_scale if ref64 is not None else 2 * min_scale
+        else:
+            ref, ref64 = (_on(d, self.device) for d in self.expected[key])
         assert ref is not None
-        cmp = compare_outputs(cand, ref, ref64, SimpleNamespace(**tolerance), device_type)
+        tol = SimpleNamespace(**tolerance)
+        cmp = compare_outputs(cand, ref, ref64, tol, device_type, min_scale)
         return {"comparison": dataclasses.asdict(cmp), "digests": cand_digests}
 
     def set_timing_inputs(
@@ -152,6 +171,20 @@ class ReferenceServer(WorkerServer):
         TF32, so the reference is timed with TF32 allowed too, and the speedup stays fair."""
         _set_tf32(allow_tf32)
         return super().set_timing_inputs(keys, flush_bytes, lead_us)
+
+    def _timed_float64(self) -> dict[str, Any] | None:
+        twin = _twin(self.model, torch.float64)
+        if twin is None:
+            return None
+        try:
+            with torch.no_grad():
+                out64 = twin(*[_cast(x, torch.float64) for x in self.last_inputs])
+                sync(self.device)
+            return describe(out64)
+        except Exception:  # a model with no float64 path: judged against fp32 alone
+            return None
+        finally:
+            del twin
 
     def before_timing(self, keys: list[str]) -> None:
         """The float64 model, the low-precision twins and the kept outputs leave the device (the

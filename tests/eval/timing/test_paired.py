@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
+
 from cudal1.config import TimingConfig
 from cudal1.eval.checks.integrity import timing_verdict as _timing_verdict
 from cudal1.eval.timing import stats
@@ -36,6 +38,7 @@ class FakeEndpoint:
         self.rng = random.Random(seed)
         self.calls = 0
         self.pending: tuple[float, list[int]] | None = None
+        self.last_digests: list[int] = []
 
     def warmup(self, min_calls: int, min_ms: float) -> tuple[int, float]:
         n = max(min_calls, int(min_ms / self.call_ms) + 1)
@@ -54,10 +57,17 @@ class FakeEndpoint:
         self.calls += calls
         self.pending = (t * self.reported_factor, [first_set + calls - 1])
 
-    def finish(self) -> tuple[float, list[int]]:
+    def finish(self) -> float:
         assert self.pending is not None
-        out, self.pending = self.pending, None
-        return out
+        (ms, self.last_digests), self.pending = self.pending, None
+        return ms
+
+    def digests(self) -> list[int]:
+        return self.last_digests
+
+
+def _refresh(sample: int, calls: int) -> int:
+    return 3
 
 
 def _cfg(**kw) -> TimingConfig:
@@ -72,8 +82,8 @@ def test_two_times_faster_candidate_measures_two():
         FakeEndpoint(clock, 2.0, noise=0.01, seed=1),
         FakeEndpoint(clock, 1.0, noise=0.01, seed=2),
         _cfg(),
-        3,
         lambda *a: None,
+        _refresh,
         clock=clock,
         rng=random.Random(0),
     )
@@ -89,8 +99,8 @@ def test_tiny_kernels_are_batched_k_per_sample():
         FakeEndpoint(clock, 0.01),
         FakeEndpoint(clock, 0.01),
         _cfg(max_samples=20),
-        2,
         lambda *a: None,
+        _refresh,
         clock=clock,
     )
     assert out.calls_per_sample == 100  # K * 10 us = the 1 ms sample target
@@ -102,8 +112,8 @@ def test_budget_stops_sampling():
         FakeEndpoint(clock, 50.0, noise=0.5, seed=3),
         FakeEndpoint(clock, 50.0, noise=0.5, seed=4),
         _cfg(budget_s=2.0, target_rel_ci=1e-6),
-        1,
         lambda *a: None,
+        _refresh,
         clock=clock,
     )
     assert out.stop_reason == "budget"
@@ -114,7 +124,7 @@ def test_output_checks_happen_and_a_failure_stops_timing():
     clock = FakeClock()
     seen: list[int] = []
 
-    def check(sample, set_index, digests):
+    def check(sample, digests):
         seen.append(sample)
         return "wrong" if sample >= 3 else None
 
@@ -122,8 +132,8 @@ def test_output_checks_happen_and_a_failure_stops_timing():
         FakeEndpoint(clock, 1.0),
         FakeEndpoint(clock, 1.0),
         _cfg(check_output_fraction=1.0),
-        3,
         check,
+        _refresh,
         clock=clock,
     )
     assert out.failures == ["wrong"]
@@ -138,11 +148,67 @@ def test_final_output_check_always_runs():
         FakeEndpoint(clock, 1.0),
         FakeEndpoint(clock, 1.0),
         _cfg(check_output_fraction=0.0, max_samples=12),
-        3,
-        lambda s, i, d: seen.append(s),
+        lambda s, d: seen.append(s),
+        _refresh,
         clock=clock,
     )
     assert seen == [0, 10]  # the first sample, then one after all ten (noise-free: precision at ten)
+
+
+def test_checks_and_refreshes_do_not_count_against_the_budget():
+    """A check that fetches a large output (seconds on the H100 for CUDA-L1's L1_81) must not
+    leave the measurement with three samples."""
+    clock = FakeClock()
+
+    def slow_check(sample, digests):
+        clock.now += 10.0
+        return None
+
+    out = measure_paired(
+        FakeEndpoint(clock, 50.0, noise=0.5, seed=3),
+        FakeEndpoint(clock, 50.0, noise=0.5, seed=4),
+        _cfg(budget_s=2.0, target_rel_ci=1e-6),
+        slow_check,
+        _refresh,
+        clock=clock,
+    )
+    assert out.stop_reason == "budget"
+    assert len(out.ref_ms) >= 19  # 2 s of 2 x 50 ms pairs, the 10 s check not counted
+    assert out.sampling_s == pytest.approx(2.0, abs=0.2)
+
+
+def test_budget_waits_for_a_minimum_of_samples_within_three_budgets():
+    clock = FakeClock()
+    out = measure_paired(
+        FakeEndpoint(clock, 400.0),
+        FakeEndpoint(clock, 400.0),
+        _cfg(budget_s=1.0),
+        lambda *a: None,
+        _refresh,
+        clock=clock,
+    )
+    assert out.stop_reason == "budget" and len(out.ref_ms) == 4  # 3 s of 0.8 s pairs: the hard stop
+
+
+def test_every_sample_gets_fresh_inputs_sized_by_k():
+    clock = FakeClock()
+    asked: list[tuple[int, int]] = []
+
+    def refresh(sample, calls):
+        asked.append((sample, calls))
+        return min(calls, 64)
+
+    out = measure_paired(
+        FakeEndpoint(clock, 0.01),
+        FakeEndpoint(clock, 0.01),
+        _cfg(max_samples=12),
+        lambda *a: None,
+        refresh,
+        clock=clock,
+    )
+    n = len(out.ref_ms)
+    assert n >= 10 and [a[0] for a in asked] == list(range(n + 1))  # each sample, and the final pair
+    assert {a[1] for a in asked} == {out.calls_per_sample}
 
 
 def test_forged_worker_times_are_caught_by_the_trusted_clock():
@@ -152,8 +218,8 @@ def test_forged_worker_times_are_caught_by_the_trusted_clock():
         FakeEndpoint(clock, 1.0, noise=0.01),
         FakeEndpoint(clock, 1.0, reported_factor=0.25, noise=0.01),
         _cfg(),
-        2,
         lambda *a: None,
+        _refresh,
         clock=clock,
     )
     assert out.estimate.median > 3.5
@@ -168,8 +234,8 @@ def test_hidden_work_outside_the_worker_clock_is_flagged():
         FakeEndpoint(clock, 2.0),
         FakeEndpoint(clock, 1.0, hidden_ms=1.5),
         _cfg(max_samples=30),
-        2,
         lambda *a: None,
+        _refresh,
         clock=clock,
     )
     timing, findings = _timing_verdict(out, "cpu", 0.10)
@@ -183,13 +249,40 @@ def test_honest_candidate_is_not_flagged():
         FakeEndpoint(clock, 2.0, noise=0.02),
         FakeEndpoint(clock, 1.0, noise=0.02),
         _cfg(),
-        2,
         lambda *a: None,
+        _refresh,
         clock=clock,
     )
     timing, findings = _timing_verdict(out, "cpu", 0.10)
     assert findings == []
     assert abs(timing.speedup - 2.0) < 0.05
+
+
+def test_with_few_samples_every_sample_must_show_the_excess():
+    """Slow calls leave few samples; a forger is still caught (every sample shows its excess),
+    while one noisy sample of a clean kernel does not turn it into a slowdown."""
+    clock = FakeClock()
+    forged = measure_paired(
+        FakeEndpoint(clock, 400.0),
+        FakeEndpoint(clock, 400.0, reported_factor=0.25),
+        _cfg(budget_s=1.0),
+        lambda *a: None,
+        _refresh,
+        clock=clock,
+    )
+    assert len(forged.ref_ms) < 10
+    assert [f.code for f in _timing_verdict(forged, "cpu", 0.10)[1]] == ["clock_disagreement"]
+    clean = measure_paired(
+        FakeEndpoint(clock, 400.0),
+        FakeEndpoint(clock, 400.0),
+        _cfg(budget_s=1.0),
+        lambda *a: None,
+        _refresh,
+        clock=clock,
+    )
+    clean.cand_wall_ms[0] += 200.0  # one sample's host hiccup on the candidate's side
+    timing, findings = _timing_verdict(clean, "cpu", 0.10)
+    assert findings == [] and timing.speedup == pytest.approx(1.0)
 
 
 def test_bootstrap_interval_narrows_with_more_samples():

@@ -30,6 +30,7 @@ class Command(StrEnum):
     PERTURB = "perturb"
     COMPARE = "compare"
     SET_TIMING_INPUTS = "set_timing_inputs"
+    REFRESH_INPUTS = "refresh_inputs"
     WARMUP = "warmup"
     PREPARE = "prepare"
     TIME = "time"
@@ -70,6 +71,7 @@ _SPEC: dict[Command, tuple[frozenset[Role], Stage]] = {
     Command.PERTURB: (_BOTH, Stage.CORRECTNESS),
     Command.COMPARE: (_REF, Stage.CORRECTNESS),
     Command.SET_TIMING_INPUTS: (_BOTH, Stage.TIMING),
+    Command.REFRESH_INPUTS: (_BOTH, Stage.TIMING),
     Command.WARMUP: (_BOTH, Stage.TIMING),
     Command.PREPARE: (_BOTH, Stage.TIMING),
     Command.TIME: (_BOTH, Stage.TIMING),

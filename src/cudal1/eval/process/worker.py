@@ -52,8 +52,10 @@ class WorkerServer:
         self.inputs: dict[str, list[Any]] = {}
         self.state0: dict[str, Any] = {}
         self.device = torch.device("cpu")
-        self.timing_sets: list[list[Any]] = []
+        self.warm_sets: list[list[Any]] = []  # fixed: warm-up and the untimed call before a sample
+        self.timing_sets: list[list[Any]] = []  # fresh before every sample (refresh_inputs)
         self.last_output: Any = None
+        self.last_inputs: list[Any] = []  # of the last timed call
         self.flush_buffer: torch.Tensor | None = None
         self.lead_cycles = 0
         self.slots: dict[str, Any] = {}  # probe models beside the main one
@@ -66,6 +68,7 @@ class WorkerServer:
             Command.BUILD: self.build,
             Command.PERTURB: self.perturb,
             Command.SET_TIMING_INPUTS: self.set_timing_inputs,
+            Command.REFRESH_INPUTS: self.refresh_inputs,
             Command.WARMUP: self.warmup,
             Command.PREPARE: self.prepare,
             Command.TIME: self.time,
@@ -157,12 +160,12 @@ class WorkerServer:
         block. Without this the long-lived reference worker timed differently from a fresh
         candidate worker running the very same code (A-vs-A bias of up to 30% on the H200)."""
         self.before_timing(keys)
-        self.timing_sets, self.flush_buffer, self.last_output = [], None, None
+        self.warm_sets, self.timing_sets, self.flush_buffer, self.last_output = [], [], None, None
         release(self.device)
         for key in keys:
             self.inputs[key] = [x.clone() if isinstance(x, torch.Tensor) else x for x in self.inputs[key]]
         release(self.device)
-        self.timing_sets = [self.inputs[k] for k in keys]
+        self.warm_sets = self.timing_sets = [self.inputs[k] for k in keys]
         if self.device.type == "cuda" and flush_bytes > 0:
             self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=self.device)
         self.lead_cycles = _spin_cycles(self.device, lead_us) if lead_us > 0 else 0
@@ -171,11 +174,30 @@ class WorkerServer:
     def before_timing(self, keys: list[str]) -> None:
         pass
 
+    def refresh_inputs(self, seed: int, count: int, max_bytes: int) -> dict[str, Any]:
+        """Fresh timed input sets from the task's get_inputs under ``seed``, made on the device
+        (GPU random numbers: milliseconds, not the seconds a CPU-made set of hundreds of MB takes)
+        at new addresses (the old sets are freed only after). ``count`` sets, fewer when they would
+        exceed ``max_bytes``; both workers make the same ones, which their digests show."""
+        torch.manual_seed(seed)
+        fresh: list[list[Any]] = []
+        with torch.device(self.device) if self.device.type == "cuda" else _nothing():
+            while len(fresh) < max(count, 1):
+                fresh.append([to_device(x, self.device) for x in self.module.get_inputs()])
+                if len(fresh) == 1:
+                    size = sum(x.nbytes for x in fresh[0] if isinstance(x, torch.Tensor))
+                    count = min(count, max(1, max_bytes // max(size, 1)))
+        self.timing_sets = fresh
+        return {
+            "count": len(fresh),
+            "digest": [digest(x) if isinstance(x, torch.Tensor) else None for s in fresh for x in s],
+        }
+
     def warmup(self, min_calls: int, min_ms: float) -> dict[str, Any]:
         calls, start = 0, time.perf_counter()
         with torch.no_grad():
             while True:
-                self.last_output = self.model(*self.timing_sets[calls % len(self.timing_sets)])
+                self.last_output = self.model(*self.warm_sets[calls % len(self.warm_sets)])
                 calls += 1
                 if calls >= min_calls:
                     sync(self.device)
@@ -190,7 +212,7 @@ class WorkerServer:
             # was up to 35% slower, and the median of the paired ratios flipped between modes.
             # Synchronised, so that no work of a candidate's spills from here into the next sample.
             with torch.no_grad():
-                self.model(*self.timing_sets[0])
+                self.model(*self.warm_sets[0])
         sync(self.device)
         return {}
 
@@ -221,8 +243,8 @@ class WorkerServer:
                     out = self.model(*sets[(start + j) % n])
                 ms = (time.perf_counter() - t0) * 1000
         gc.enable()
-        self.last_output = out
-        return {"ms": ms, "digest": digests(out)}
+        self.last_output, self.last_inputs = out, sets[(start + calls - 1) % n]
+        return {"ms": ms}  # the digest follows once the trusted clock has stopped (see serve)
 
     def forget(self, keys: list[str], slots: list[str] | None = None) -> dict[str, Any]:
         for key in keys:
@@ -331,6 +353,11 @@ def _module_constants(module: Any, values: dict[str, int]) -> Iterator[None]:
             setattr(module, name, value)
 
 
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
 def release(device: torch.device) -> None:
     gc.collect()
     if device.type == "cuda":
@@ -394,6 +421,10 @@ def serve(conn: Connection, server: WorkerServer) -> None:
             tb = traceback.format_exc()
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:4000], "traceback": tb[-4000:]}
         conn.send_bytes(encode(reply))
+        if name == Command.TIME and reply["ok"]:
+            # Second message: hashing a large output is not the candidate's time (the evaluator's
+            # clock stopped on the first), and it is the same work for both sides.
+            conn.send_bytes(encode({"ok": True, "digest": digests(server.last_output)}))
 
 
 def main(server: WorkerServer | None = None) -> None:

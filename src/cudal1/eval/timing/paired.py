@@ -1,12 +1,25 @@
 """Paired, interleaved timing of a reference and a candidate, with a clock the candidate cannot touch.
 
-One sample = for each side, in random order: ``prepare`` (one untimed call and a device sync,
-outside the clock), then an L2 flush and a short GPU spin queued ahead of the begin event, then K
-back-to-back calls timed twice: by the worker (CUDA events, or its own clock on
-CPU) and by the evaluator's clock around the request, minus the measured round trip. The worker
-replies only after a device-wide synchronize and sends a digest of its last output with the
-reply, so work finished late or left on a side stream lands inside the trusted wall time, and
-an output computed only when asked for cannot match the digest sent inside the timed window.
+One sample = fresh timed inputs for both sides (new values from a new secret seed, at new
+addresses: an output computed earlier, or cached under any key, is wrong for them), then for each
+side, in random order: ``prepare`` (one untimed call on the warm-up inputs and a device sync,
+outside the clock), an L2 flush and a short GPU spin queued ahead of the begin event, then K
+back-to-back calls timed twice: by the worker (CUDA events, or its own clock on CPU) and by the
+evaluator's clock around the request, minus the measured round trip. The worker replies only
+after a device-wide synchronize, so work finished late or left on a side stream lands inside the
+trusted wall time; the digest of its last output follows in a second message, after the trusted
+clock has stopped (hashing a large output took milliseconds that one side paid more than the
+other: CUDA-L1 record L1_81 read 0.73x for an event ratio of 1.5x), and an output computed only
+when fetched later cannot match it.
+
+What the speedup means: the median over paired samples of the reference's time per call over
+the candidate's, each the steady-state time of K back-to-back calls on the worker's clock (CUDA
+events on the current stream). Host launch cost is inside it only where the GPU waits for the
+host (launch-bound calls); the trusted wall clock's ratio, which includes it and the per-sample
+synchronisation, is kept beside it as ``wall_speedup``.
+
+What is not covered: with calls under ~15 us, K exceeds the 64 fresh sets a sample gets, so a
+set repeats within a sample and a cache keyed on its address or values hits for the repeats.
 
 The clock and the endpoints are parameters, so this logic is tested on CPU with fakes.
 """
@@ -31,11 +44,16 @@ class Endpoint(Protocol):
     def round_trip_ms(self) -> float: ...
     def prepare(self) -> None: ...
     def start(self, calls: int, first_set: int) -> None: ...
-    def finish(self) -> tuple[float, list[Any]]: ...
+    def finish(self) -> float: ...  # the worker's own time; the trusted clock stops on this reply
+    def digests(self) -> list[Any]: ...  # of the last timed output, read after the clock stopped
 
 
-# check(sample, input_set, digests) -> failure reason or None; called for sampled candidate calls.
-OutputCheck = Callable[[int, int, list[Any]], str | None]
+# check(sample, digests) -> failure reason or None: the candidate's last timed output, fetched
+# afterwards, against these digests and the reference's output of the same sample.
+OutputCheck = Callable[[int, list[Any]], str | None]
+# refresh(sample, calls) -> input sets per sample: both sides get fresh timed inputs before each
+# sample (new values from a new seed, at new addresses), so that no output can be reused.
+Refresh = Callable[[int, int], int]
 
 
 @dataclass
@@ -48,6 +66,7 @@ class PairedOutcome:
     checked: int = 0
     failures: list[str] = field(default_factory=list)
     stop_reason: str = ""
+    sampling_s: float = 0.0  # time in timed pairs: what the budget counts (checks and refreshes not)
     estimate: stats.RatioEstimate = stats.RatioEstimate(math.nan, math.nan, math.nan)
     wall_estimate: stats.RatioEstimate = stats.RatioEstimate(math.nan, math.nan, math.nan)
 
@@ -62,12 +81,16 @@ def measure_paired(
     ref: Endpoint,
     cand: Endpoint,
     cfg: TimingConfig,
-    n_sets: int,
     check: OutputCheck,
+    refresh: Refresh,
     *,
     clock: Callable[[], float] = time.perf_counter,
     rng: random.Random | None = None,
 ) -> PairedOutcome:
+    """Sample until the interval is precise enough, the sample cap, or the budget. The budget
+    counts the timed pairs only: output checks and input refreshes (seconds for large outputs)
+    must not starve the measurement, and it stops no earlier than ``budget_min_samples``
+    unless the whole stage has run ``3 x budget_s``."""
     rng = rng or random.Random()
     k = _choose_calls(ref, cand, cfg, clock)
     rtt = {id(ref): ref.round_trip_ms(), id(cand): cand.round_trip_ms()}
@@ -75,38 +98,11 @@ def measure_paired(
     started = clock()
     sample = 0
     while True:
-        first_set = rng.randrange(n_sets)
-        order = [(ref, False), (cand, True)]
-        rng.shuffle(order)
-        for side, is_cand in order:
-            side.prepare()
-            t0 = clock()
-            side.start(k, first_set)
-            worker_ms, digests = side.finish()
-            wall = (clock() - t0) * 1000 - rtt[id(side)]
-            (out.cand_ms if is_cand else out.ref_ms).append(worker_ms / k)
-            (out.cand_wall_ms if is_cand else out.ref_wall_ms).append(max(wall, 1e-9) / k)
-            if is_cand and _should_check(sample, out.checked, cfg, rng):
-                out.checked += 1
-                failure = check(sample, (first_set + k - 1) % n_sets, digests)
-                if failure:
-                    out.failures.append(failure)
+        digests = _sample(out, ref, cand, rtt, refresh(sample, k), rng, clock)
+        if _should_check(sample, out.checked, cfg, rng):
+            _check(out, check, sample, digests)
         sample += 1
-        if out.failures:
-            out.stop_reason = "output_check_failed"
-            break
-        elapsed = clock() - started
-        if sample >= cfg.max_samples or (elapsed >= cfg.budget_s and sample >= 3):
-            reason: str | None = "max_samples" if sample >= cfg.max_samples else "budget"
-        elif sample >= cfg.min_samples and sample % 10 == 0:
-            # The bootstrap costs milliseconds: run it every ten samples, or the GPU idles
-            # between samples, its clock drops, and the samples get noisy (seen on the H100).
-            out.estimate = _estimate(
-                out.ref_ms, out.cand_ms, cfg, resamples=min(400, cfg.bootstrap_resamples)
-            )
-            reason = "precision" if out.estimate.rel_half_width <= cfg.target_rel_ci else None
-        else:
-            reason = None
+        reason = _stop_reason(out, sample, cfg, clock() - started)
         if reason:
             out.stop_reason = reason
             break
@@ -117,8 +113,66 @@ def measure_paired(
         _estimate(out.ref_wall_ms, out.cand_wall_ms, cfg), cfg.reproducibility_floor
     )
     if not out.failures:
-        _final_check(out, cand, k, n_sets, check, rng, sample)
+        # One more pair whose output is certainly checked, after all the samples (not recorded).
+        digests = _sample(PairedOutcome(k), ref, cand, rtt, refresh(sample, k), rng, clock)
+        _check(out, check, sample, digests)
     return out
+
+
+def _sample(
+    out: PairedOutcome,
+    ref: Endpoint,
+    cand: Endpoint,
+    rtt: dict[int, float],
+    n_sets: int,
+    rng: random.Random,
+    clock: Callable[[], float],
+) -> list[Any]:
+    """One paired sample: both sides, in random order, K calls each from the same first set.
+    Returns the digests of the candidate's last output."""
+    first_set = rng.randrange(max(n_sets, 1))
+    order = [(ref, False), (cand, True)]
+    rng.shuffle(order)
+    cand_digests: list[Any] = []
+    for side, is_cand in order:
+        side.prepare()
+        t0 = clock()
+        side.start(out.calls_per_sample, first_set)
+        worker_ms = side.finish()
+        t1 = clock()
+        wall = (t1 - t0) * 1000 - rtt[id(side)]
+        out.sampling_s += t1 - t0
+        k = out.calls_per_sample
+        (out.cand_ms if is_cand else out.ref_ms).append(worker_ms / k)
+        (out.cand_wall_ms if is_cand else out.ref_wall_ms).append(max(wall, 1e-9) / k)
+        digests = side.digests()
+        if is_cand:
+            cand_digests = digests
+    return cand_digests
+
+
+def _check(out: PairedOutcome, check: OutputCheck, sample: int, digests: list[Any]) -> None:
+    out.checked += 1
+    failure = check(sample, digests)
+    if failure:
+        out.failures.append(failure)
+
+
+def _stop_reason(out: PairedOutcome, sample: int, cfg: TimingConfig, elapsed_s: float) -> str | None:
+    if out.failures:
+        return "output_check_failed"
+    if sample >= cfg.max_samples:
+        return "max_samples"
+    over_budget = out.sampling_s >= cfg.budget_s
+    if over_budget and (sample >= cfg.budget_min_samples or elapsed_s >= 3 * cfg.budget_s):
+        return "budget"
+    if sample >= cfg.min_samples and sample % 10 == 0:
+        # The bootstrap costs milliseconds: run it every ten samples, or the GPU idles between
+        # samples, its clock drops, and the samples get noisy (seen on the H100).
+        out.estimate = _estimate(out.ref_ms, out.cand_ms, cfg, resamples=min(400, cfg.bootstrap_resamples))
+        if out.estimate.rel_half_width <= cfg.target_rel_ci:
+            return "precision"
+    return None
 
 
 def _choose_calls(ref: Endpoint, cand: Endpoint, cfg: TimingConfig, clock: Callable[[], float]) -> int:
@@ -138,26 +192,6 @@ def _should_check(sample: int, checked: int, cfg: TimingConfig, rng: random.Rand
     # Always the first sample, then a few at random: the candidate learns which only afterwards.
     # Few, because fetching a large output leaves the GPU idle and its clock drops.
     return sample == 0 or (checked < cfg.max_output_checks and rng.random() < cfg.check_output_fraction)
-
-
-def _final_check(
-    out: PairedOutcome,
-    cand: Endpoint,
-    k: int,
-    n_sets: int,
-    check: OutputCheck,
-    rng: random.Random,
-    sample: int,
-) -> None:
-    """One more timed-style call whose output is certainly checked, after all the samples."""
-    first_set = rng.randrange(n_sets)
-    cand.prepare()
-    cand.start(k, first_set)
-    _, digests = cand.finish()
-    out.checked += 1
-    failure = check(sample, (first_set + k - 1) % n_sets, digests)
-    if failure:
-        out.failures.append(failure)
 
 
 def _estimate(
