@@ -47,5 +47,8 @@ def test_line_wording() -> None:
     bad = evaluation_line("3_softmax", "llm-r1-s0", ok=False, speedup=None, error="correctness stage: NaN")
     assert bad == "3_softmax llm-r1-s0: not ok: correctness stage: NaN"
     slower = task_line("3_softmax", faster=False, label="cuda-graph", speedup=0.95, ci_low=0.93, ci_high=0.97)
-    assert "no faster variant found (best tried: cuda-graph 0.950x [0.930, 0.970]); keeping the reference" in slower
+    assert (
+        "no faster variant found (best tried: cuda-graph 0.950x [0.930, 0.970]); keeping the reference"
+        in slower
+    )
     assert task_line("a", faster=True, label="x", speedup=1.5) == "a done: faster: x 1.500x"

@@ -43,7 +43,20 @@ def result(task: str, gpu: str, speedup: float) -> EvalResult:
 def verify_report(path: Path, gpu: str, speedups: dict[str, float]) -> Path:
     rows, results = [], {}
     for i, (task, x) in enumerate(speedups.items()):
-        rows.append(asdict(Row(i, int(task[1]), task, "verified", claimed=2.0, measured=x, ci_low=x * 0.98, ci_high=x * 1.02)))
+        rows.append(
+            asdict(
+                Row(
+                    i,
+                    int(task[1]),
+                    task,
+                    "verified",
+                    claimed=2.0,
+                    measured=x,
+                    ci_low=x * 0.98,
+                    ci_high=x * 1.02,
+                )
+            )
+        )
         results[str(i)] = result(task, gpu, x).to_dict()
     rows.append(asdict(Row(9, 3, "L3_9", "incorrect", claimed=3.0, stage="correctness")))
     path.write_text(json.dumps({"environment": {"gpu": gpu}, "rows": rows, "results": results}))
@@ -106,7 +119,9 @@ window.addEventListener("load", () => {
 
 
 def chromium() -> str | None:
-    return next((p for name in ("chromium", "chromium-browser", "google-chrome") if (p := shutil.which(name))), None)
+    return next(
+        (p for name in ("chromium", "chromium-browser", "google-chrome") if (p := shutil.which(name))), None
+    )
 
 
 def test_html_page_renders_in_headless_chromium(run_dir: Path, tmp_path: Path) -> None:

@@ -56,7 +56,9 @@ def test_run_table_at_80_columns_cuts_no_cell_and_says_what_it_dropped() -> None
     for value in ("torch-compile-reduce-overhead", "6_conv_maxpool_sigmoid_sum", "1.930x", "[1.89,", "1.97]"):
         assert value in text
     words = " ".join(text.split())
-    assert "not shown at this width: level, best tried, not kept, ref ms, kept ms, evaluated, #correct" in words
+    assert (
+        "not shown at this width: level, best tried, not kept, ref ms, kept ms, evaluated, #correct" in words
+    )
     wide = render(render_run_summary(SUMMARY, 200), 200)
     assert "not shown" not in wide and "cuda-graph 0.951x" in wide and "12.35" in wide
 

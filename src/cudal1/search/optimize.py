@@ -427,7 +427,9 @@ def _final_round(
         if best is not None and (done is None or done[0] != best.id):
             todo[str(best.id)] = (task, best)
         elif progress is not None and best is None:
-            progress("final", {"task": task.name, "label": None, "ok": False, "speedup": None, "faster": False})
+            progress(
+                "final", {"task": task.name, "label": None, "ok": False, "speedup": None, "faster": False}
+            )
     if not todo:
         return
     cfg = config.final.apply(config.eval)
@@ -510,7 +512,9 @@ def read_run(run_dir: Path, db: CandidateDB, config: OptimizeConfig) -> RunRecor
     stored = _stored_tasks(db)
     tasks = tuple(_task_record(db, name, int(task.get("level") or 0)) for name, task in stored.items())
     finals = [f[1] for name in stored if (f := _final_record(db, name)) is not None]
-    gpu_seconds = sum(device_held_seconds(r.result) for name in stored for r in db.evaluated(name) if r.result)
+    gpu_seconds = sum(
+        device_held_seconds(r.result) for name in stored for r in db.evaluated(name) if r.result
+    )
     gpu_seconds += sum(device_held_seconds(r) for r in finals)
     return RunRecord(
         run_dir=Path(run_dir),
