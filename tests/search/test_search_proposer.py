@@ -72,6 +72,7 @@ EAGER_VARIANTS = ("cuda-graph", "cudnn-benchmark", "channels-last")
 COMPILE_VARIANTS = (
     "torch-compile-default",
     "torch-compile-reduce-overhead",
+    "torch-compile-max-autotune",
     "torch-compile-max-autotune-no-cudagraphs",
 )
 
