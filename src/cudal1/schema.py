@@ -27,6 +27,9 @@ class Stage(StrEnum):
     CORRECTNESS = "correctness"
     TIMING = "timing"
     INTEGRITY = "integrity"
+    # The trusted side failed (out of memory, a driver error, a dead reference worker): recorded
+    # so, retried by the pool, and never counted against the candidate.
+    EVALUATOR = "evaluator"
 
 
 class Severity(StrEnum):
@@ -208,6 +211,11 @@ class EvalResult:
             if not rec.ok:
                 return rec.message
         return ""
+
+    @property
+    def evaluator_error(self) -> bool:
+        """The evaluator, not the candidate, failed: no verdict and no reward."""
+        return self.failed_stage is Stage.EVALUATOR
 
     @property
     def rejected(self) -> bool:

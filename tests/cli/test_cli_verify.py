@@ -105,8 +105,8 @@ def test_verify_end_to_end(records_file: Path, tmp_path: Path) -> None:
     assert rows["L2_3"]["status"] == "no code" and "2" not in report["results"]
 
     flag = rows["L2_4"]
-    assert any(f.startswith("global_state") for f in flag["findings"]), flag
-    assert flag["status"] == "verified"  # flags are warnings: listed, not rejecting
+    assert "global_state_changed (reject)" in flag["findings"], flag
+    assert flag["status"] == "rejected"  # flags left changed in the process: the prompt forbids it
 
     assert rows["L3_5"]["status"] == "rejected" and "input_mutated (reject)" in rows["L3_5"]["findings"]
 
@@ -114,15 +114,16 @@ def test_verify_end_to_end(records_file: Path, tmp_path: Path) -> None:
     assert full["ok"] is True and full["timing"]["ref_ms"]
     s = report["summary"]
     assert s["counts"] == {
-        "verified": 2,
-        "rejected": 1,
+        "verified": 1,
+        "rejected": 2,
         "incorrect": 1,
         "failed": 0,
         "untimed": 0,
+        "evaluator error": 0,
         "no code": 1,
         "not run": 0,
     }
-    assert s["compared"] == 2 and s["claimed"]["mean"] == pytest.approx((2.5 + 1.3) / 2)
+    assert s["compared"] == 1 and s["claimed"]["mean"] == pytest.approx(2.5)
 
     logged = [json.loads(line) for line in (tmp_path / "report.rows.jsonl").read_text().splitlines()]
     assert sorted(entry["row"]["index"] for entry in logged) == [0, 1, 2, 3, 4]
@@ -157,3 +158,19 @@ def test_deadline_leaves_records_not_run(records_file: Path, tmp_path: Path) -> 
     report = json.loads(out.read_text())
     assert report["summary"]["counts"]["not run"] == 4 and report["summary"]["counts"]["no code"] == 1
     assert {r["claimed"] for r in report["rows"] if r["status"] == "not run"} == {2.5, 1.7, 1.3, 3.0}
+
+
+def test_resume_keeps_finished_rows_and_evaluates_the_rest(records_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    base = ["verify", str(records_file), "--device", "cpu", "--json", str(out), *FAST]
+    first = CliRunner().invoke(app, [*base, "--tasks", "L1_2"])
+    assert first.exit_code == 0, first.output
+    again = CliRunner().invoke(app, [*base, "--tasks", "L1_2,L2_3", "--resume"])
+    assert again.exit_code == 0, again.output
+    assert "1 already done" in " ".join(again.output.split())
+    report = json.loads(out.read_text())
+    assert [(r["task"], r["status"]) for r in report["rows"]] == [("L1_2", "incorrect"), ("L2_3", "no code")]
+    logged = [json.loads(line)["row"]["task"] for line in (tmp_path / "r.rows.jsonl").read_text().splitlines()]
+    assert logged == ["L1_2", "L2_3"]  # L1_2 was not evaluated again
+    no_json = CliRunner().invoke(app, ["verify", str(records_file), "--resume"])
+    assert no_json.exit_code == 2 and "--resume needs --json" in " ".join(no_json.output.split())

@@ -71,6 +71,10 @@ def verify_command(
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="config override, e.g. timing.min_samples=5")
     ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(help="keep the records --json's rows file already holds; evaluate the rest"),
+    ] = False,
     fmt: Annotated[OutputFormat, typer.Option("--format", help=FORMAT_HELP)] = "table",
     verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
 ) -> None:
@@ -83,7 +87,9 @@ Records without code ("None") are listed as "no code".
 
     Selection: --levels and --tasks, then --sample, then --limit. With --json PATH, each finished row is \
 appended to PATH's .rows.jsonl at once, so a killed run loses nothing it finished; PATH itself \
-is written at the end.
+is written at the end. --resume (with the same --json and selection) keeps the rows that file \
+holds and evaluates the rest, so a long release can be verified across several runs; records \
+"not run" or lost to an evaluator error are evaluated again.
 
     Exit 0 when the run completes, whatever the verdicts (records left "not run" by --deadline-s \
 included); 2 for bad input.
@@ -93,15 +99,19 @@ included); 2 for bad input.
     if not records.is_file():
         raise bad_input(f"{records}: no such records file")
     selection = _selection(levels, tasks, sample, seed, limit)
+    if resume and json_path is None:
+        raise bad_input("--resume needs --json PATH: the rows file beside it is what is resumed")
     try:
         run = VerifyRun.load(records, selection, cfg)
     except TaskError as exc:
         raise bad_input(str(exc)) from None
+    taken = run.resume(rows_log_path(json_path)) if resume and json_path else 0
     with ProgressReporter() as progress:
         progress.note(
             f"verifying {len(run.chosen)} records from {records} ({run.with_code} with code) on {cfg.device}"
+            + (f"; {taken} already done" if taken else "")
         )
-        bar = progress.bar("verify", total=len(run.chosen))
+        bar = progress.bar("verify", total=len(run.chosen), completed=taken)
 
         def on_row(row: Row) -> None:
             progress.advance(bar, progress_line(len(run.rows), len(run.chosen), row))

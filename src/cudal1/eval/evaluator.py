@@ -35,12 +35,12 @@ from cudal1.eval.checks.integrity import (
     timing_verdict,
 )
 from cudal1.eval.checks.static import run_static_checks
-from cudal1.eval.process.protocol import Command
+from cudal1.eval.process.protocol import Command, Role
 from cudal1.eval.process.sandbox import RemoteError, WorkerError, WorkerProcess
 from cudal1.eval.process.wire import header
 from cudal1.eval.timing.paired import measure_paired
 from cudal1.eval.timing.speed_of_light import DevicePeaks, Precision, Work, physical_gate, sol_ms
-from cudal1.eval.workers import ReferenceWorker, WorkerEndpoint, default_build_cache
+from cudal1.eval.workers import ReferenceWorker, WorkerEndpoint, default_build_cache, is_resource_error
 from cudal1.schema import (
     Correctness,
     EvalResult,
@@ -93,17 +93,27 @@ class Evaluation:
 
     @contextmanager
     def stage(self, stage: Stage) -> Iterator[None]:
+        """Run one stage; a failure is recorded against it, unless the trusted side failed (a
+        reference worker that died or ran out of device memory): then it is an evaluator error."""
         start = time.perf_counter()
         try:
             yield
         except StageFailed as exc:
-            self._record(exc.stage, False, start, str(exc))
+            trusted = exc.reference and is_resource_error(str(exc))
+            self._record(Stage.EVALUATOR if trusted else exc.stage, False, start, str(exc))
             self.failed = True
         except WorkerError as exc:
             tail = _last_lines(exc.log_tail)
-            self._record(stage, False, start, f"{exc}" + (f"\n{tail}" if tail else ""))
+            trusted = exc.role is Role.REFERENCE
+            self._record(
+                Stage.EVALUATOR if trusted else stage, False, start, f"{exc}" + (f"\n{tail}" if tail else "")
+            )
             self.failed = True
         except RemoteError as exc:
+            if is_resource_error(str(exc)):
+                # The candidate's own process ran out of device memory: on a shared device that
+                # may be its neighbours' doing, so the pool tries it once more with the device alone.
+                self.environment["out_of_memory"] = True
             self._record(stage, False, start, f"{exc}\n{_last_lines(exc.traceback)}")
             self.failed = True
         else:

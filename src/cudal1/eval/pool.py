@@ -21,11 +21,13 @@ import logging
 import os
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from cudal1.config import EvalConfig
+from cudal1.eval.admission import USABLE, DeviceGate, expected_need
 from cudal1.eval.evaluator import Evaluation, resolve_device
 from cudal1.eval.process.protocol import Role
 from cudal1.eval.process.sandbox import WorkerProcess
@@ -88,8 +90,14 @@ class EvalPool:
         self._assigned = dict.fromkeys(self.devices, 0)  # requests past compile, per device
         self._assign_lock = threading.Lock()
         self._timing_cpus, self._general_cpus = _split_cpus(self.devices)
-        self._refs: dict[tuple[str, str], ReferenceWorker] = {}
+        self._refs: OrderedDict[tuple[str, str], ReferenceWorker] = OrderedDict()
         self._refs_lock = threading.Lock()
+        # Idle reference workers kept warm at most (each holds a CUDA context): verify over 250
+        # tasks kept all of them alive before.
+        self._refs_cap = workers + 2
+        self._gates: dict[str, DeviceGate] = {}
+        self._peaks: dict[str, int] = {}  # a task's reference peak device memory, by task hash
+        self._workers = workers
         self._spares = SparePool(config, spares, self._general_cpus)
         # The pool's own threads (they talk to the workers and build nothing) keep off the timing
         # cores too; the caller's threads stay where the caller put them.
@@ -131,49 +139,83 @@ class EvalPool:
 
     # -- one request ------------------------------------------------------------------------
     def _run(self, task: Task, source: str) -> EvalResult:
+        """One evaluation; when the trusted side failed, or the candidate ran out of device memory
+        beside others, once more with the device to itself. A second evaluator error stays one:
+        recorded as such, never as the candidate's failure."""
+        result = self._run_once(task, source, exclusive=False)
+        if result.evaluator_error or result.environment.get("out_of_memory"):
+            log.warning("%s: retrying alone on the device after: %s", task.name, result.error[:200])
+            again = self._run_once(task, source, exclusive=True)
+            again.environment["retried_after"] = result.error[:2000]
+            return again
+        return result
+
+    def _run_once(self, task: Task, source: str, *, exclusive: bool) -> EvalResult:
         ev = Evaluation(task, source, self.config, self.devices[0])
         ev.run_static()
         if ev.failed:
             return ev.result()
         # Reference info (torch, CUDA, arch) keys the build cache; any device's worker will do.
         probe = self._reference(task, self.devices[0])
-        if not ev.attach_reference(probe):
-            self._drop_reference(probe)
-            return ev.result()
-        env, hit = build_env(source, probe, self.build_cache)
+        try:
+            if not ev.attach_reference(probe):
+                self._drop_reference(probe)
+                return ev.result()
+            env, hit = build_env(source, probe, self.build_cache)
+        finally:
+            self._done_with(probe)
         ev.environment["build_cache_hit"] = hit
         cand = self._spares.take()
         try:
             ev.run_compile(cand, env)
             if not ev.failed:
-                self._on_device(ev, task)
+                self._on_device(ev, task, cand, exclusive)
         finally:
             cand.close()
         return ev.result()
 
-    def _on_device(self, ev: Evaluation, task: Task) -> None:
+    def _on_device(self, ev: Evaluation, task: Task, cand: WorkerProcess, exclusive: bool) -> None:
         device = self._assign()
+        ref = self._reference(task, device)
         try:
             ev.device = device
-            ref = self._reference(task, device)
             if not ev.attach_reference(ref):
                 return
-            ev.run_load()
-            if ev.failed:
-                return
-            with self._device_locks[device], ref.lock:
-                pair = self._timing_cpus.get(device)
-                if pair and ev.cand is not None:
-                    ref.process.pin({pair[0]})
-                    ev.cand.pin({pair[1]})
-                ev.run_on_device()
-                if pair and self._general_cpus:
-                    ref.process.pin(self._general_cpus)
+            gate = self._gate(device, ref)
+            need = expected_need(self._peaks.get(task.hash), gate.capacity, self._workers)
+            with gate.admit(need, exclusive=exclusive):
+                ev.run_load()
+                if not ev.failed:
+                    self._check_and_time(ev, ref, device)
+                cand.close()  # its device memory goes back before the next evaluation is admitted
             if not ref.process.alive:
                 self._drop_reference(ref)
         finally:
+            self._done_with(ref)
             with self._assign_lock:
                 self._assigned[device] -= 1
+
+    def _check_and_time(self, ev: Evaluation, ref: ReferenceWorker, device: str) -> None:
+        with self._device_locks[device], ref.lock:
+            pair = self._timing_cpus.get(device)
+            if pair and ev.cand is not None:
+                ref.process.pin({pair[0]})
+                ev.cand.pin({pair[1]})
+            try:
+                ev.run_on_device()
+            finally:
+                peak = ref.release() if ref.process.alive else None
+                if peak is not None:
+                    self._peaks[ev.task.hash] = max(peak, self._peaks.get(ev.task.hash, 0))
+                if pair and self._general_cpus and ref.process.alive:
+                    ref.process.pin(self._general_cpus)
+
+    def _gate(self, device: str, ref: ReferenceWorker) -> DeviceGate:
+        with self._assign_lock:
+            if device not in self._gates:
+                total = ref.device_info.get("memory_bytes")
+                self._gates[device] = DeviceGate(USABLE * total if total else float("inf"))
+            return self._gates[device]
 
     def _assign(self) -> str:
         """The device with the fewest requests building or waiting on it."""
@@ -183,13 +225,24 @@ class EvalPool:
             return device
 
     def _reference(self, task: Task, device: str) -> ReferenceWorker:
+        """The task's reference worker on ``device``, held until ``_done_with``; idle ones beyond
+        the cap are closed, least recently used first."""
         key = (task.hash, device)
         with self._refs_lock:
             ref = self._refs.get(key)
             if ref is None or not ref.process.alive:
                 ref = ReferenceWorker(task, self.config, device, self._general_cpus)
                 self._refs[key] = ref
+            self._refs.move_to_end(key)
+            ref.users += 1
+            idle = [k for k, r in self._refs.items() if r.users == 0]
+            for old in idle[: max(0, len(self._refs) - self._refs_cap)]:
+                self._refs.pop(old).close()
             return ref
+
+    def _done_with(self, ref: ReferenceWorker) -> None:
+        with self._refs_lock:
+            ref.users -= 1
 
     def _drop_reference(self, ref: ReferenceWorker) -> None:
         with self._refs_lock:
@@ -199,15 +252,41 @@ class EvalPool:
         ref.close()
 
 
-def _split_cpus(devices: list[str]) -> tuple[dict[str, tuple[int, int]], set[int] | None]:
-    """Two cores of its own per device for the timed pair, when the machine has cores to spare;
-    everything else (imports, builds) runs on the rest."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2 * len(devices) + 2:
+def _split_cpus(
+    devices: list[str], cpus: list[int] | None = None, siblings: Callable[[int], set[int]] | None = None
+) -> tuple[dict[str, tuple[int, int]], set[int] | None]:
+    """Per device, two physical cores of its own for the timed pair (one logical CPU each, their
+    SMT siblings left idle), when the machine has them to spare; everything else (imports,
+    nvcc builds) runs on the remaining physical cores. A build on the sibling of one side's core
+    slows that side's kernel launches alone: the suspected cause of launch-bound A-vs-A pairs
+    reading 1.10x in a loaded batch (issue 10). Without SMT, a core is one logical CPU."""
+    cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
+    siblings = siblings or _siblings
+    cores: dict[int, list[int]] = {}  # first logical CPU of a physical core -> its logical CPUs
+    for cpu in cpus:
+        group = sorted(siblings(cpu) & set(cpus)) or [cpu]
+        cores.setdefault(group[0], group)
+    physical = sorted(cores.values())
+    if len(physical) < 2 * len(devices) + 1:
         return {}, None
     # From the end: CPU 0 takes most interrupts.
-    pairs = {d: (cpus[-1 - 2 * i], cpus[-2 - 2 * i]) for i, d in enumerate(devices)}
-    return pairs, set(cpus[: len(cpus) - 2 * len(devices)])
+    pairs = {d: (physical[-1 - 2 * i][0], physical[-2 - 2 * i][0]) for i, d in enumerate(devices)}
+    general = {cpu for core in physical[: len(physical) - 2 * len(devices)] for cpu in core}
+    return pairs, general
+
+
+def _siblings(cpu: int) -> set[int]:
+    """Logical CPUs sharing ``cpu``'s physical core (Linux sysfs); just ``cpu`` where unknown."""
+    try:
+        text = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text()
+    except OSError:
+        return {cpu}
+    found: set[int] = set()
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        if lo.strip().isdigit():
+            found.update(range(int(lo), int(hi or lo) + 1))
+    return found or {cpu}
 
 
 def _pin_current_thread(cpus: set[int] | None) -> None:

@@ -26,6 +26,7 @@ from cudal1.eval.process.worker import (
     describe,
     digests,
     main,
+    release,
     sync,
     to_device,
 )
@@ -195,12 +196,27 @@ class ReferenceServer(WorkerServer):
                 ref, ref64 = self.expected[key]
                 self.expected[key] = (_on(ref, torch.device("cpu")), _on(ref64, torch.device("cpu")))
 
-    def forget(self, keys: list[str], slots: list[str] | None = None) -> dict[str, Any]:
+    def forget(
+        self, keys: list[str], slots: list[str] | None = None, everything: bool = False
+    ) -> dict[str, Any]:
+        """Drop input sets and probe models; ``everything`` at the end of an evaluation: all of
+        it, the model included, so that an idle reference worker holds little more than its
+        CUDA context; the reply carries the evaluation's peak device memory for admission."""
+        if everything:
+            keys, slots = list(self.inputs), list(self.slots)
+            self.model = self.model64 = self.last_output = None
+            self.twins, self.expected, self.warm_sets, self.timing_sets, self.last_inputs = {}, {}, [], [], []
         for key in keys:
             self.expected.pop(key, None)
         for slot in slots or []:
             self.slots64.pop(slot, None)
-        return super().forget(keys, slots)
+        reply = super().forget(keys, slots)
+        if everything:
+            release(self.device)
+            if self.device.type == "cuda":
+                reply["peak_bytes"] = int(torch.cuda.max_memory_allocated(self.device))
+                torch.cuda.reset_peak_memory_stats(self.device)
+        return reply
 
     def work(self, key: str) -> dict[str, Any]:
         """FLOPs and compulsory bytes of one reference call (on meta tensors where possible),

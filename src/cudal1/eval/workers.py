@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import threading
 import time
 from pathlib import Path
@@ -39,6 +40,7 @@ class ReferenceWorker:
         self.info: dict[str, Any] = {}
         self.device_info: dict[str, Any] = {}
         self.error: str | None = None
+        self.users = 0  # evaluations holding it (the pool closes idle ones beyond its cap)
         self._loaded = False
 
     def ensure_loaded(self) -> None:
@@ -55,8 +57,13 @@ class ReferenceWorker:
             if self.device.startswith("cuda"):  # where the device lock is worth seconds
                 self.process.request(Command.PREWARM)
         except (RemoteError, WorkerError) as exc:
+            # A task that does not import is the task's fault; a worker that died or a device
+            # out of memory at start-up is the evaluator's.
+            evaluator = isinstance(exc, WorkerError) or is_resource_error(str(exc))
             self.error = f"reference: task {self.task.name!r} failed to load: {exc}"
-            raise StageFailed(Stage.LOAD, self.error) from None
+            raise StageFailed(
+                Stage.EVALUATOR if evaluator else Stage.LOAD, self.error, reference=True
+            ) from None
         self._loaded = True
 
     def request(self, cmd: Command, **args: Any) -> dict[str, Any]:
@@ -65,6 +72,13 @@ class ReferenceWorker:
             return self.process.request(cmd, **args)
         except RemoteError as exc:
             raise StageFailed(cmd.stage, f"reference failed in {cmd.value}: {exc}", reference=True) from None
+
+    def release(self) -> int | None:
+        """After an evaluation: the worker drops everything but the task; its peak device memory."""
+        try:
+            return self.process.request(Command.FORGET, keys=[], slots=[], everything=True).get("peak_bytes")
+        except (RemoteError, WorkerError):
+            return None
 
     @property
     def build_key(self) -> str:
@@ -122,6 +136,17 @@ class WorkerEndpoint:
 
     def digests(self) -> list[Any]:
         return list(self.process.receive(Command.TIME)["digest"])
+
+
+_RESOURCE = re.compile(
+    r"out of memory|OutOfMemoryError|CUDA error|cudaError|CUBLAS_STATUS|CUDNN_STATUS|CUDA driver",
+    re.IGNORECASE,
+)
+
+
+def is_resource_error(message: str) -> bool:
+    """Out of device memory, or a CUDA driver/library error: the machine's state, not the code's."""
+    return bool(_RESOURCE.search(message))
 
 
 def default_build_cache() -> Path:

@@ -34,7 +34,9 @@ from cudal1.schema import Candidate, EvalRequest, EvalResult, Severity, Stage, T
 from cudal1.tasks import TaskError, load_cuda_l1_records
 
 Record = tuple[Task, Candidate | None]
-STATUSES = ("verified", "rejected", "incorrect", "failed", "untimed", "no code", "not run")
+STATUSES = ("verified", "rejected", "incorrect", "failed", "untimed", "evaluator error", "no code", "not run")
+# Rows a resumed run evaluates again: never finished, or the evaluator's fault.
+UNFINISHED = frozenset({"not run", "evaluator error"})
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,8 @@ def row_for(index: int, task: Task, cand: Candidate | None, result: EvalResult |
 
 
 def _status(r: EvalResult) -> str:
+    if r.evaluator_error:  # the trusted side failed twice: no verdict on the candidate
+        return "evaluator error"
     if r.ok:
         return "verified"
     if r.rejected:  # static hack checks, integrity guards; a stage may also have failed after it
@@ -173,7 +177,7 @@ def verify_records(
                             index,
                             task.level,
                             task.name,
-                            "failed",
+                            "evaluator error",
                             claimed=cand.claimed_speedup,
                             reason=reason,
                         ),
@@ -187,12 +191,13 @@ def verify_records(
 
 
 class RowLog:
-    """Appends each finished row (with its full result) to a JSON Lines file, flushed per line."""
+    """Appends each finished row (with its full result) to a JSON Lines file, flushed per line;
+    ``append_to`` keeps what a killed run wrote (``--resume``)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, append_to: bool = False) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = path.open("w", encoding="utf-8")
+        self._file = path.open("a" if append_to else "w", encoding="utf-8")
 
     def append(self, row: Row, result: EvalResult | None) -> None:
         line = {"row": asdict(row), "result": result.to_dict() if result else None}
@@ -226,6 +231,29 @@ class VerifyRun:
         chosen = select_records(load_cuda_l1_records(records_path), selection)
         return cls(records_path, selection, config, chosen)
 
+    def resume(self, rows_log: Path) -> int:
+        """Take the finished rows of an earlier run's rows file (the last line per record wins)
+        for this run's records; those are not evaluated again. Rows never finished and
+        evaluator errors are. Returns how many were taken."""
+        wanted = {index for index, _, _ in self.chosen}
+        kept: dict[int, tuple[Row, EvalResult | None]] = {}
+        for line in rows_log.read_text(encoding="utf-8").splitlines() if rows_log.is_file() else []:
+            try:
+                data = json.loads(line)
+                row = Row(**{**data["row"], "findings": tuple(data["row"].get("findings") or ())})
+                result = EvalResult.from_dict(data["result"]) if data.get("result") else None
+            except (ValueError, TypeError, KeyError):
+                continue  # a line cut short by the kill
+            if row.index in wanted:
+                kept[row.index] = (row, result)
+        for index, (row, result) in sorted(kept.items()):
+            if row.status in UNFINISHED:
+                continue
+            self.rows.append(row)
+            if result is not None:
+                self.results[index] = result
+        return len(self.rows)
+
     @property
     def with_code(self) -> int:
         return sum(c is not None for _, _, c in self.chosen)
@@ -253,10 +281,12 @@ def run_verify(
     ``deadline_s`` (from now): start no evaluation later than this. ``run.complete`` is set
     only when every record is done, so a caller that reports in ``finally`` can tell."""
     deadline = time.monotonic() + deadline_s if deadline_s is not None else None
-    log = RowLog(rows_log) if rows_log else None
+    done = {row.index for row in run.rows}  # taken from an earlier run (VerifyRun.resume)
+    log = RowLog(rows_log, append_to=bool(done)) if rows_log else None
+    todo = [entry for entry in run.chosen if entry[0] not in done]
     try:
         for row, result in verify_records(
-            run.chosen, run.config, workers=workers, spares=min(workers, 2), deadline=deadline
+            todo, run.config, workers=workers, spares=min(workers, 2), deadline=deadline
         ):
             run.rows.append(row)
             if result is not None:

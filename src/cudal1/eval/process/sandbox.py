@@ -58,10 +58,11 @@ class SandboxLimits(Protocol):
 class WorkerError(RuntimeError):
     """A worker failed: it died, went silent past its timeout, or sent garbage."""
 
-    def __init__(self, message: str, *, kind: str, log_tail: str = "") -> None:
+    def __init__(self, message: str, *, kind: str, log_tail: str = "", role: Role = Role.CANDIDATE) -> None:
         super().__init__(message)
         self.kind = kind  # died | timeout | protocol
         self.log_tail = log_tail
+        self.role = role  # whose worker: a reference worker's failure is the evaluator's
 
 
 class RemoteError(RuntimeError):
@@ -142,7 +143,7 @@ class WorkerProcess:
             return
         reply = self._receive(timeout if timeout is not None else self.config.call_timeout_s, "start-up")
         if not reply.get("ready"):
-            raise WorkerError("worker sent no ready message", kind="protocol")
+            raise WorkerError("worker sent no ready message", kind="protocol", role=self.role)
         self.ready = True
 
     def request(self, cmd: Command, timeout: float | None = None, **args: Any) -> dict[str, Any]:
@@ -162,7 +163,9 @@ class WorkerProcess:
             head = header(data)
         except WireError as exc:
             self.kill()
-            raise WorkerError(f"{self.role} worker sent a bad message: {exc}", kind="protocol") from None
+            raise WorkerError(
+                f"{self.role} worker sent a bad message: {exc}", kind="protocol", role=self.role
+            ) from None
         if not isinstance(head, dict) or not head.get("ok"):
             err = head.get("error", "unknown error") if isinstance(head, dict) else "non-dict reply"
             raise RemoteError(str(err), str(head.get("traceback", "")) if isinstance(head, dict) else "")
@@ -193,10 +196,12 @@ class WorkerProcess:
             reply = decode(data)
         except WireError as exc:
             self.kill()
-            raise WorkerError(f"{self.role} worker sent a bad message: {exc}", kind="protocol") from None
+            raise WorkerError(
+                f"{self.role} worker sent a bad message: {exc}", kind="protocol", role=self.role
+            ) from None
         if not isinstance(reply, dict):
             self.kill()
-            raise WorkerError(f"{self.role} worker sent a non-dict reply", kind="protocol")
+            raise WorkerError(f"{self.role} worker sent a non-dict reply", kind="protocol", role=self.role)
         return reply
 
     def _receive_bytes(self, timeout: float, what: str) -> bytes:
@@ -206,6 +211,7 @@ class WorkerProcess:
                 raise WorkerError(
                     f"{self.role} worker timed out after {timeout:.0f}s during {what}",
                     kind="timeout",
+                    role=self.role,
                     log_tail=self.log_tail(),
                 )
             return self.conn.recv_bytes()
@@ -221,7 +227,9 @@ class WorkerProcess:
             how = f"exited with code {code}"
         else:
             how = "stopped answering"
-        return WorkerError(f"{self.role} worker {how} {context}", kind="died", log_tail=self.log_tail())
+        return WorkerError(
+            f"{self.role} worker {how} {context}", kind="died", role=self.role, log_tail=self.log_tail()
+        )
 
     def _wait_exit(self, timeout: float) -> int | None:
         try:

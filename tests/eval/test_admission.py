@@ -1,0 +1,128 @@
+"""Admission of evaluations to a device by memory, and what happens when the trusted side fails."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from cudal1.eval.admission import CONTEXTS_BYTES, DeviceGate, expected_need
+from cudal1.eval.pool import EvalPool, evaluate
+from cudal1.schema import Stage, Task
+
+
+def _hold(
+    gate: DeviceGate, need: float, exclusive: bool, log: list[str], name: str, secs: float
+) -> threading.Thread:
+    def run() -> None:
+        with gate.admit(need, exclusive=exclusive):
+            log.append(f"+{name}")
+            time.sleep(secs)
+            log.append(f"-{name}")
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def test_gate_admits_by_bytes_and_a_retry_gets_the_device_alone():
+    gate, log = DeviceGate(10.0), []
+    a = _hold(gate, 6, False, log, "a", 0.3)
+    time.sleep(0.05)
+    b = _hold(gate, 6, False, log, "b", 0.05)  # 6 + 6 > 10: waits for a
+    time.sleep(0.05)
+    c = _hold(gate, 3, False, log, "c", 0.05)  # fits beside a
+    for t in (a, b, c):
+        t.join()
+    assert log.index("+c") < log.index("-a") < log.index("+b")
+    log.clear()
+    a = _hold(gate, 1, False, log, "a", 0.2)
+    time.sleep(0.05)
+    x = _hold(gate, 1, True, log, "x", 0.05)  # exclusive: waits for a, and goes before d
+    time.sleep(0.05)
+    d = _hold(gate, 1, False, log, "d", 0.05)
+    for t in (a, x, d):
+        t.join()
+    assert log == ["+a", "-a", "+x", "-x", "+d", "-d"]
+
+
+def test_one_evaluation_is_admitted_whatever_it_needs():
+    gate, log = DeviceGate(10.0), []
+    _hold(gate, 1e12, False, log, "big", 0.01).join()
+    assert log == ["+big", "-big"]
+
+
+def test_need_follows_the_reference_peak():
+    assert expected_need(None, 80e9, 4) == 20e9
+    assert expected_need(3 * 2**30, 80e9, 4) == 6 * 2**30 + CONTEXTS_BYTES
+
+
+OOM_ONCE = """
+import torch
+import torch.nn as nn
+
+_calls = [0]
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        _calls[0] += x.dtype == torch.float32  # the float64 and low-precision twins do not count
+        if _calls[0] == {when}:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return self.lin(x)
+
+
+def get_inputs():
+    return [torch.randn(4, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+CANDIDATE = """
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.lin(x)
+"""
+
+
+def test_an_out_of_memory_reference_is_retried_and_never_the_candidates(fast_config):
+    once = Task("oom_once", OOM_ONCE.replace("{when}", "2"))
+    result = evaluate(once, CANDIDATE, fast_config)
+    assert result.ok, result.error
+    assert "OutOfMemoryError" in result.environment["retried_after"]
+
+
+def test_a_trusted_side_that_keeps_failing_is_an_evaluator_error(fast_config):
+    always = Task("oom_always", OOM_ONCE.replace("_calls[0] == {when}", "_calls[0] >= 1"))
+    with EvalPool(fast_config, workers=1, spares=0) as pool:
+        result = pool.evaluate(always, CANDIDATE)
+    assert result.evaluator_error and result.failed_stage is Stage.EVALUATOR
+    assert not result.correct and not result.rejected and result.speedup is None
+    assert "retried_after" in result.environment
+
+
+def test_timed_pair_gets_whole_physical_cores():
+    """With SMT, the pair's cores' siblings stay idle: nvcc never shares a core with a timed side."""
+    from cudal1.eval.pool import _split_cpus
+
+    smt = {c: {c % 8, c % 8 + 8} for c in range(16)}  # 8 physical cores, siblings c and c + 8
+    pairs, general = _split_cpus(["cuda:0"], list(range(16)), smt.__getitem__)
+    ref_cpu, cand_cpu = pairs["cuda:0"]
+    assert {ref_cpu, cand_cpu} == {6, 7}
+    assert general == set(range(16)) - {6, 7, 14, 15}
+    plain = {c: {c} for c in range(4)}
+    assert _split_cpus(["cuda:0"], list(range(4)), plain.__getitem__) == ({"cuda:0": (3, 2)}, {0, 1})
+    assert _split_cpus(["cuda:0"], [0, 1], plain.__getitem__) == ({}, None)
