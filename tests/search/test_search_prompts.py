@@ -13,9 +13,12 @@ BROKEN = "class ModelNew(nn.Module):\n    BROKEN = True\n"
 
 RESTRICTION_MARKERS = (
     "cudnn.benchmark",
-    "local `with` context",
+    "inside a `with` context",
     "Do not cache",
-    "side streams or threads",
+    "threads running",
+    "side streams",
+    "REJECTED",
+    "FLAGGED",
     "lazy tensors, tensor subclasses",
     "float16, bfloat16 or TF32",
     "Do not instantiate or call the reference `Model`",
