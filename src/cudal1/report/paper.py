@@ -147,7 +147,7 @@ def verify_source(name: str, report: dict[str, Any]) -> Source:
     default_gpu = str(report.get("environment", {}).get("gpu") or CPU)
     entries = []
     for row in report.get("rows", []):
-        if row["status"] in ("no code", "not run"):
+        if row["status"] in ("no code", "not run", "evaluator error"):  # nothing the candidate did
             continue
         result = results.get(int(row["index"]))
         gpu = _gpu(result) if result is not None else default_gpu
