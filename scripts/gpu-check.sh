@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool): installs carried wheels, runs the GPU tests and the
-# benchmarks, and writes logs under $OUT. Usage: bash scripts/gpu-check.sh [tests|bench|all|optimize|verify] [ARGS...]
+# benchmarks, and writes logs under $OUT. Usage: bash scripts/gpu-check.sh [tests|bench|all|optimize|verify|train] [ARGS...]
+# train [prepare|grpo|bench|stages]: the training checks of issue 11 (each part fits one 9-minute call;
+# prepare before grpo and bench on a warm machine, since they read runs/learning-check).
 set -uo pipefail
 OUT=${OUT:-/tmp/cudal1-out}
 mkdir -p "$OUT"
@@ -31,5 +33,16 @@ if [[ $what == verify ]]; then
   for arg in "$@"; do [[ $arg == --json || $arg == --json=* ]] && json=(); done
   COLUMNS=${COLUMNS:-240} python3 -m cudal1.cli verify "$@" "${json[@]}" 2>&1 | tee "$OUT/verify.log"
   rc=${PIPESTATUS[0]}
+fi
+if [[ $what == train ]]; then
+  part=${1:-prepare}; shift || true
+  case $part in
+    prepare|grpo) python3 benchmarks/learning_check.py --stage "$part" "$@" 2>&1 | tee "$OUT/learning-check-$part.log"
+      rc=${PIPESTATUS[0]}; cp runs/learning-check/learning-check.json "$OUT/" 2>/dev/null
+      cp runs/learning-check/grpo/steps.jsonl "$OUT/learning-check-steps.jsonl" 2>/dev/null ;;
+    bench) python3 benchmarks/training.py "$@" 2>&1 | tee "$OUT/bench-training.log"; rc=${PIPESTATUS[0]} ;;
+    stages) bash scripts/train-stages.sh "$OUT" 2>&1 | tee "$OUT/train-stages.log"; rc=${PIPESTATUS[0]} ;;
+    *) echo "train: unknown part $part (prepare|grpo|bench|stages)" >&2; rc=2 ;;
+  esac
 fi
 exit $rc

@@ -234,6 +234,9 @@ class GRPOStageConfig(StrictConfig):
     seed_baselines: bool = Field(
         True, description="seed each task with the built-in baselines and the reference before step 1"
     )
+    baseline_labels: tuple[str, ...] | None = Field(
+        None, description="built-in baselines seeded (None: all that apply to the task)"
+    )
     reward: RewardConfig = Field(default_factory=RewardConfig, description="evaluation result -> reward")
     audit: AuditConfig = Field(default_factory=AuditConfig, description="the reward-checking model")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="evaluation of the completions")

@@ -2,7 +2,7 @@
 
 ``export_dataset(run_dirs, out, config)`` reads the candidate databases of one or more runs
 (``optimize``, ``collect``, ``train selfsup``/``grpo``) and writes a Hugging Face ``DatasetDict``
-(``save_to_disk``) with ``train`` and ``test`` splits plus a card (``README.md``). What goes in:
+(``save_to_disk``) with ``train`` and ``test`` splits (an empty one left out) plus a card (``README.md``). What goes in:
 
 - only verified candidates: correct on every checked input set and with no REJECT finding (a
   WARNING does not exclude a row; it is visible in the card's counts as it is in every result);
@@ -45,7 +45,6 @@ from cudal1.search.prompts import render_contrastive_prompt, render_generation_p
 log = logging.getLogger(__name__)
 
 CARD_FILE = "README.md"
-COLUMNS = ("prompt", "completion", "task", "level", "source", "speedup", "candidate_hash", "run")
 
 
 class ExportError(Exception):
@@ -70,8 +69,13 @@ def is_verified(row: CandidateRow) -> bool:
 
 def answer_text(row: CandidateRow) -> str:
     """The reply a model should have written: analysis (when recorded), then one python block."""
-    code = "```python\n" + row.source.strip("\n") + "\n```\n"
-    analysis = row.analysis.strip()
+    return format_answer(row.source, row.analysis)
+
+
+def format_answer(source: str, analysis: str = "") -> str:
+    """A reply in the format the prompts ask for, which ``search.parsing.extract`` reads back."""
+    code = "```python\n" + source.strip("\n") + "\n```\n"
+    analysis = analysis.strip()
     if not analysis:
         return "## Implementation\n" + code
     return f"## Performance analysis\n{analysis}\n\n## Implementation\n{code}"
@@ -164,7 +168,8 @@ def export_dataset(run_dirs: Sequence[Path], out: Path, config: ExportConfig) ->
         "train": [r for r in rows if r["task"] in train_tasks],
         "test": [r for r in rows if r["task"] in test_tasks],
     }
-    data = DatasetDict({name: _dataset(part) for name, part in splits.items()})
+    # An empty split saves as zero shards, which load_from_disk cannot read back: leave it out.
+    data = DatasetDict({name: Dataset.from_list(part) for name, part in splits.items() if part})
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     data.save_to_disk(str(out))
@@ -173,12 +178,6 @@ def export_dataset(run_dirs: Sequence[Path], out: Path, config: ExportConfig) ->
         "exported %d %s rows (%s) to %s", len(rows), config.kind, {k: len(v) for k, v in splits.items()}, out
     )
     return data
-
-
-def _dataset(rows: list[dict[str, Any]]) -> Dataset:
-    if rows:
-        return Dataset.from_list(rows)
-    return Dataset.from_dict({c: [] for c in COLUMNS})
 
 
 def render_card(

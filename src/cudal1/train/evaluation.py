@@ -56,13 +56,15 @@ def _why(result: EvalResult) -> str:
     return "incorrect" if not result.correct else "not timed"
 
 
-def seed_tasks(db: CandidateDB, tasks: Sequence[Task], run_id: int) -> None:
+def seed_tasks(
+    db: CandidateDB, tasks: Sequence[Task], run_id: int, labels: Sequence[str] | None = None
+) -> None:
     """Store the built-in baselines and the reference anchor of each task that has no candidate
     yet, so that the first contrastive prompts have measured variants to compare."""
     with db.transaction():
         for task in tasks:
             if db.counts(task.name).total:
                 continue
-            for label, source in seed_candidates(task, None):
+            for label, source in seed_candidates(task, labels):
                 with contextlib.suppress(DuplicateSourceError):
                     db.add_candidate(task, source, Provenance(backend="baseline", run_id=run_id), label=label)

@@ -173,7 +173,7 @@ def run_grpo(
             pool.devices,
             "alternate" if gate.shared else "overlap",
         )
-        _prepare(db, pool, by_name, gate, run_id, seed=config.seed_baselines)
+        _prepare(db, pool, by_name, gate, run_id, seed=config.seed_baselines, labels=config.baseline_labels)
         auditor = RewardAuditor(config.audit, config.reward, judge or make_judge(config.audit), cases, db)
         reward = PoolReward(
             db,
@@ -203,12 +203,19 @@ def run_grpo(
 
 
 def _prepare(
-    db: CandidateDB, pool: EvalPool, tasks: dict[str, Task], gate: PhaseGate, run_id: int, *, seed: bool
+    db: CandidateDB,
+    pool: EvalPool,
+    tasks: dict[str, Task],
+    gate: PhaseGate,
+    run_id: int,
+    *,
+    seed: bool,
+    labels: Sequence[str] | None,
 ) -> None:
     """Seed tasks with no candidate (when asked), then evaluate everything pending (seeds, and a
     killed session's samples), before the first prompt is built."""
     if seed:
-        seed_tasks(db, list(tasks.values()), run_id)
+        seed_tasks(db, list(tasks.values()), run_id, labels)
     pending = [r for r in db.pending() if r.task in tasks]
     if pending:
         log.info("evaluating %d pending candidate(s) before training", len(pending))

@@ -14,7 +14,8 @@ the prompts, the completions and the dataset's extra columns (``task``, ``prompt
    failed stages earn ``incorrect``, rejections ``reject``), capped by the task's speed-of-light
    time, then lets the auditor judge the suspicious ones (``auditing.py``);
 4. logs per-step metrics through TRL (``log_metric``: success rate, speedups, findings, group
-   spread) and appends the step's rewards to ``steps.jsonl`` in the run directory.
+   spread) and appends the step's rewards, verified speedups and reward wall time to
+   ``steps.jsonl`` in the run directory (what the learning check and the training benchmark read).
 
 The candidates it stores feed the next prompts (``grpo.prompt_stream``): the paper's prompt-level
 loop and parameter-level loop working together.
@@ -26,6 +27,7 @@ import json
 import logging
 import math
 import statistics
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -91,6 +93,7 @@ class PoolReward:
         log_metric: Callable[[str, float], None] | None = None,
         **kwargs: Any,
     ) -> list[float]:
+        started = time.perf_counter()
         step = int(getattr(trainer_state, "global_step", 0) or 0)
         ids, errors = self._store(completions, task, prompt_hash, parent_ids, step)
         rows = {i: self.db.get(i) for i in set(ids)}
@@ -108,7 +111,8 @@ class PoolReward:
             value = reward_from_result(result, self.reward, sol_ms=sol_ms(result))
             outcome = await self.auditor.review(self.tasks[row.task], row.source, result, value, cand_id)
             rewards.append(outcome.reward)
-        self._log(step, rewards, results, errors, log_metric)
+        timing = {"reward_wall_s": time.perf_counter() - started, "fresh_evaluations": len(pending)}
+        self._log(step, rewards, results, errors, log_metric, timing)
         return rewards
 
     def _store(
@@ -147,6 +151,7 @@ class PoolReward:
         results: list[EvalResult | None],
         errors: list[str | None],
         log_metric: Callable[[str, float], None] | None,
+        timing: dict[str, float],
     ) -> None:
         metrics = step_metrics(rewards, results, errors, self.group_size)
         if log_metric is not None:
@@ -163,7 +168,16 @@ class PoolReward:
         )
         if self.steps_file is not None:
             speedups = [r.speedup for r in results if r is not None and r.speedup is not None]
-            record = {"step": step, "rewards": rewards, "speedups": speedups, **metrics}
+            # ``reward_wall_s`` ends at ``time``: benchmarks/training.py reads when the policy's GPU
+            # waited for rewards
+            record = {
+                "step": step,
+                "time": time.time(),
+                "rewards": rewards,
+                "speedups": speedups,
+                **timing,
+                **metrics,
+            }
             with self.steps_file.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
 
