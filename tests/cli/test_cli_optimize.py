@@ -31,12 +31,18 @@ def test_cli_optimize_and_runs_show(tmp_path: Path, cli: typer.Typer) -> None:
     result = runner.invoke(cli, args)
     assert result.exit_code == 0, result.output
     assert GELU.name in result.output and "reference" in result.output
+    # not a terminal: one plain line per finished evaluation and per finished task, with its time
+    assert (
+        f"s] {GELU.name} reference: correct " in result.output and f"s] {GELU.name} done: " in result.output
+    )
     assert RunSummary.from_dict(json.loads((run / "summary.json").read_text())) == summarize_run(
         load_run(run)
     )
 
     shown = runner.invoke(cli, ["runs", "show", str(run)])
     assert shown.exit_code == 0 and GELU.name in shown.output and "reference" in shown.output
+    md = runner.invoke(cli, ["runs", "show", str(run), "--format", "md"]).stdout
+    assert "| task | level | kept | speedup [95% CI] |" in md
     data = json.loads(runner.invoke(cli, ["runs", "show", str(run), "--json"]).stdout)
     assert data["complete"] and data["tasks"][0]["task"] == GELU.name and data["tasks"][0]["final"]
 
