@@ -114,8 +114,60 @@ def _cudnn_scoped(task: Task) -> str:
     return _CUDNN_SCOPED.replace("{task_body}", body)
 
 
+# Launch-bound tasks (issue 10): a 3-layer MLP at batch 64 and a chain of small elementwise ops,
+# about 0.1 ms and 0.02 ms on an H100, where host launch cost decides the time. Their A-vs-A
+# entries in the mixed batch must bracket 1.0 while other candidates build beside them.
+LAUNCH_BOUND = {
+    "lb_mlp3": """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 256))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def get_inputs():
+    return [torch.randn(64, 512)]
+
+
+def get_init_inputs():
+    return []
+""",
+    "lb_elementwise_chain": """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        for _ in range(6):
+            x = torch.tanh(x * 1.01 + 0.1)
+        return x
+
+
+def get_inputs():
+    return [torch.randn(4096)]
+
+
+def get_init_inputs():
+    return []
+""",
+}
+
+
+def launch_bound_tasks() -> dict[str, Task]:
+    return {name: Task(name, source, level=0) for name, source in LAUNCH_BOUND.items()}
+
+
 def mixed_batch(tasks: dict[str, Task]) -> list[tuple[str, str, str]]:
-    """(label, task name, source): 31 candidates, 10 of them load_inline CUDA (2 planted to fail), 3 planted failures."""
+    """(label, task name, source): one A-vs-A entry per task given (launch-bound ones included), 10
+    load_inline CUDA candidates (2 planted to fail), 4 cuDNN-scoped variants, 3 planted failures."""
     batch = [(f"self:{name}", name, self_candidate(t)) for name, t in tasks.items()]
     batch += [(f"cuda-gelu-{b}", "5_gelu", _gelu(b)) for b in (128, 256, 512, 1024)]
     batch += [(f"cuda-bias-gelu-{b}", "1_gemm_bias_gelu", _epilogue("bias_gelu", _BIAS_GELU, b)) for b in (256, 512)]
