@@ -49,7 +49,7 @@ def test_selfsup_round_evaluates_samples_and_trains_on_the_correct_ones(
         {
             "rounds": 1,
             "samples": 6,
-            "sampling": {"max_tokens": 8, "temperature": 0.7},
+            "sampling": {"max_tokens": 8, "temperature": 0.5, "seed": 0},
             "optim": {**QUICK, "max_steps": 2},
             "lora": {"enabled": False},
             "device": "cpu",

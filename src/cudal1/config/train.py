@@ -165,6 +165,7 @@ class SamplingSettings(StrictConfig):
     temperature: float = Field(1.0, gt=0, description="sampling temperature")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass")
     max_tokens: int = Field(4096, ge=1, description="completion tokens per sample (analysis and code)")
+    seed: int | None = Field(None, description="sampling seed of the local backend (None: not seeded)")
 
 
 class SelfSupConfig(StrictConfig):

@@ -125,7 +125,7 @@ async def _sample(
     backend = HFBackend(model, device=config.device)
     s = config.sampling
     params = SamplingParams(
-        temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, n=config.samples
+        temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, n=config.samples, seed=s.seed
     )
     try:
         for task in tasks:
