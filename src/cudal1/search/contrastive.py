@@ -205,6 +205,41 @@ def store_reply(
         return exc.existing_id, None
 
 
+def device_held_seconds(result: EvalResult) -> float:
+    """Seconds a result held the timing device: the evaluator's phases (``environment["device_s"]``)
+    where it recorded them, else its device stages (``device_seconds``)."""
+    phases = result.environment.get("device_s")
+    if isinstance(phases, dict) and phases:
+        return float(sum(phases.values()))
+    return device_seconds(result)
+
+
+def beats_reference(label: str, result: EvalResult | None) -> bool:
+    """Whether a variant is worth recommending: not the reference itself, accepted, and faster
+    than the reference beyond its interval (the lower end of its 95% CI above 1.0)."""
+    return (
+        label != REFERENCE_LABEL
+        and result is not None
+        and result.ok
+        and result.timing is not None
+        and result.timing.ci_low > 1.0
+    )
+
+
+def final_event(task: str, label: str | None, result: EvalResult | None) -> dict[str, Any]:
+    """The payload of a ``final`` event: a task's re-measured best (None: nothing correct)."""
+    timing = result.timing if result is not None and result.ok else None
+    return {
+        "task": task,
+        "label": label,
+        "ok": result is not None and result.ok,
+        "speedup": result.speedup if result is not None else None,
+        "ci_low": timing.ci_low if timing else None,
+        "ci_high": timing.ci_high if timing else None,
+        "faster": label is not None and beats_reference(label, result),
+    }
+
+
 class Search:
     """One session of the loop over a set of tasks; ``await run(tasks)`` inside an event loop."""
 

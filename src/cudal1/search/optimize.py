@@ -36,12 +36,14 @@ from cudal1.eval.pool import EvalPool
 from cudal1.llm import CallRecord, Ledger, LLMBackend, Message, SamplingParams, create_backend
 from cudal1.schema import EvalRequest, EvalResult, Task
 from cudal1.search.contrastive import (
-    REFERENCE_LABEL,
     Budget,
     ProgressCallback,
     Search,
+    beats_reference,
     choose_best,
+    device_held_seconds,
     device_seconds,
+    final_event,
     reference_anchor,
     seed_candidates,
 )
@@ -55,27 +57,6 @@ LEDGER_FILE, BEST_DIR, SUMMARY_FILE = "llm-calls.jsonl", "best", "summary.json"
 
 class OptimizeError(Exception):
     """A run that cannot start as asked (bad run directory, LLM spec or task set); nothing was run."""
-
-
-def device_held_seconds(result: EvalResult) -> float:
-    """Seconds a result held the timing device: the evaluator's phases (``environment["device_s"]``)
-    where it recorded them, else its device stages (``contrastive.device_seconds``)."""
-    phases = result.environment.get("device_s")
-    if isinstance(phases, dict) and phases:
-        return float(sum(phases.values()))
-    return device_seconds(result)
-
-
-def beats_reference(label: str, result: EvalResult | None) -> bool:
-    """Whether a variant is worth recommending: not the reference itself, accepted, and faster
-    than the reference beyond its interval (the lower end of its 95% CI above 1.0)."""
-    return (
-        label != REFERENCE_LABEL
-        and result is not None
-        and result.ok
-        and result.timing is not None
-        and result.timing.ci_low > 1.0
-    )
 
 
 @dataclass(frozen=True)
@@ -427,9 +408,7 @@ def _final_round(
         if best is not None and (done is None or done[0] != best.id):
             todo[str(best.id)] = (task, best)
         elif progress is not None and best is None:
-            progress(
-                "final", {"task": task.name, "label": None, "ok": False, "speedup": None, "faster": False}
-            )
+            progress("final", final_event(task.name, None, None))
     if not todo:
         return
     cfg = config.final.apply(config.eval)
@@ -453,19 +432,7 @@ def _final_round(
                 f"{result.speedup:.3f}x" if result.ok else result.error or "not ok",
             )
             if progress is not None:
-                timing = result.timing if result.ok else None
-                progress(
-                    "final",
-                    {
-                        "task": row.task,
-                        "label": row.label,
-                        "ok": result.ok,
-                        "speedup": result.speedup,
-                        "ci_low": timing.ci_low if timing else None,
-                        "ci_high": timing.ci_high if timing else None,
-                        "faster": beats_reference(row.label, result),
-                    },
-                )
+                progress("final", final_event(row.task, row.label, result))
 
 
 def _safe_name(name: str) -> str:
