@@ -123,7 +123,9 @@ def test_grpo_killed_after_a_checkpoint_resumes_without_losing_evaluations(
     assert not pending and all(after[i] == s for i, s in before.items())  # nothing evaluated was lost
     steps = [json.loads(line)["step"] for line in (out / "steps.jsonl").read_text().splitlines()]
     assert {0, 1, 2} <= set(steps)  # every generation batch was rewarded, the resumed ones included
-    assert {r.step for r in parse_failures} | set(after.values()) <= {0, 1, 2}
+    # every completion carries the step that produced it (a step of the killed session may be
+    # generated again after the resume: both batches are kept)
+    assert {r.step for r in parse_failures} | set(after.values()) <= set(range(4))
     assert (out / "checkpoints" / "checkpoint-3" / "trainer_state.json").is_file()
     assert (out / "model" / "config.json").is_file()
     assert list((out / "checkpoints" / "runs").rglob("events.out.tfevents.*"))  # TensorBoard logs
