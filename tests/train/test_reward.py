@@ -130,3 +130,13 @@ def test_smooth_group() -> None:
     assert max(spread) == 3.0
     with pytest.raises(ValueError):
         smooth_group([1.0, math.nan])
+
+
+def test_an_evaluator_error_has_no_reward_and_leaves_the_step_metrics_alone():
+    """A completion whose evaluation the trusted side could not finish gets None (TRL skips it);
+    the batch's statistics are those of the others, groups kept in place."""
+    from cudal1.train.pool_reward import step_metrics
+
+    metrics = step_metrics([1.0, None, 0.0, 2.0], [None] * 4, [None] * 4, group_size=2)
+    assert metrics["reward_mean"] == 1.0
+    assert metrics["group_reward_spread"] == 1.0  # groups [1.0] and [0.0, 2.0]

@@ -92,7 +92,7 @@ class PoolReward:
         trainer_state: Any = None,
         log_metric: Callable[[str, float], None] | None = None,
         **kwargs: Any,
-    ) -> list[float]:
+    ) -> list[float | None]:
         started = time.perf_counter()
         step = int(getattr(trainer_state, "global_step", 0) or 0)
         ids, errors = self._store(completions, task, prompt_hash, parent_ids, step)
@@ -100,13 +100,19 @@ class PoolReward:
         pending = [r for r in rows.values() if r.status is CandidateStatus.PENDING]
         with self.gate.evaluating():
             await evaluate_rows(self.db, self.pool, self.tasks, pending)
-        rewards, results = [], []
+        rewards: list[float | None] = []
+        results: list[EvalResult | None] = []
         for cand_id, error in zip(ids, errors, strict=True):
             row = self.db.get(cand_id)
             result = row.result if error is None else None
             results.append(result)
             if result is None:  # a parse failure, or an evaluation the evaluator could not finish
                 rewards.append(self.reward.incorrect)
+                continue
+            if result.evaluator_error:
+                # The trusted side failed twice (eval/pool.py retries once alone): no verdict on
+                # the completion, so no reward; TRL skips a None reward for that sample.
+                rewards.append(None)
                 continue
             value = reward_from_result(result, self.reward, sol_ms=sol_ms(result))
             outcome = await self.auditor.review(self.tasks[row.task], row.source, result, value, cand_id)
@@ -147,7 +153,7 @@ class PoolReward:
     def _log(
         self,
         step: int,
-        rewards: list[float],
+        rewards: list[float | None],
         results: list[EvalResult | None],
         errors: list[str | None],
         log_metric: Callable[[str, float], None] | None,
@@ -183,13 +189,19 @@ class PoolReward:
 
 
 def step_metrics(
-    rewards: list[float], results: list[EvalResult | None], errors: list[str | None], group_size: int
+    all_rewards: list[float | None], results: list[EvalResult | None], errors: list[str | None], group_size: int
 ) -> dict[str, Any]:
-    """What one generation batch did: rewards, verdicts, verified speedups, group spread."""
-    n = max(len(rewards), 1)
+    """What one generation batch did: rewards (evaluator errors, which have none, left out),
+    verdicts, verified speedups, group spread."""
+    n = max(len(all_rewards), 1)
+    rewards = [r for r in all_rewards if r is not None]
     verified = [r for r in results if r is not None and r.correct and not r.rejected]
     speedups = sorted(r.speedup for r in verified if r.speedup is not None)
-    groups = [rewards[i : i + group_size] for i in range(0, len(rewards), group_size)]
+    groups = [
+        [r for r in all_rewards[i : i + group_size] if r is not None]
+        for i in range(0, len(all_rewards), group_size)
+    ]
+    groups = [g for g in groups if g]
     return {
         "reward_mean": statistics.fmean(rewards) if rewards else 0.0,
         "group_reward_spread": statistics.fmean(max(g) - min(g) for g in groups) if groups else 0.0,
