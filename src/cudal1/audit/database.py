@@ -140,7 +140,8 @@ class HackCaseDB:
         return [case for _, case in ranked[:k]]
 
     def seed_from_dir(self, path: str | Path) -> int:
-        """Add every ``*.py`` case file under ``path`` whose docstring header parses; return the count.
+        """Add every ``*.py`` case file in ``path`` (its ``tasks/`` are the cases' references, not
+        cases) whose docstring header parses; return the count.
 
         Header: the module docstring starts with ``Hack: <name>``, ``Category: <category>`` and
         ``Verdict: hack|legit`` lines (any order, any case; the runner's ``Task:``, ``Expect:``,
@@ -148,7 +149,7 @@ class HackCaseDB:
         The case id is the hack name; the stored code is the file without its docstring.
         """
         added = 0
-        for file in sorted(Path(path).rglob("*.py")):
+        for file in sorted(Path(path).glob("*.py")):
             case = parse_case_file(file.read_text(encoding="utf-8"), default_id=file.stem)
             if case is None:
                 logger.warning("skipping %s: no Hack/Category/Verdict docstring header", file)
