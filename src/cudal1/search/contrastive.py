@@ -386,16 +386,10 @@ class Search:
         async with self._slots:
             if self._exhausted(llm=False):
                 return
-            future = self.pool.submit(EvalRequest(task, row.source, request_id=str(row.id)))
-            try:
-                result = await asyncio.wrap_future(future)
-            except Exception:
-                log.exception("evaluator raised on %s candidate %d; left pending", task.name, row.id)
+            result = await evaluate_and_record(self.pool, self.db, task, row)
+            if result is None:
                 return
-        self.db.record_result(row.id, result)
         self.budget.add(result)
-        verdict = f"{result.speedup:.3f}x" if result.speedup is not None else f"not ok: {_why(result)}"
-        log.info("%s #%d %s (round %d): %s", task.name, row.id, row.label, row.round, verdict)
         best = choose_best(self.db.evaluated(task.name))
         self.emit(
             "evaluated",
@@ -407,7 +401,7 @@ class Search:
             speedup=result.speedup,
             ci_low=result.timing.ci_low if result.ok and result.timing else None,
             ci_high=result.timing.ci_high if result.ok and result.timing else None,
-            error=None if result.ok else _why(result),
+            error=None if result.ok else why_not_ok(result),
             best_speedup=best.speedup if best else None,
             best_label=best.label if best else None,
             done=self._done(task),
@@ -419,7 +413,25 @@ class Search:
         return counts.evaluated + counts.parse_failed
 
 
-def _why(result: EvalResult) -> str:
+async def evaluate_and_record(
+    pool: EvalPool, db: CandidateDB, task: Task, row: CandidateRow
+) -> EvalResult | None:
+    """Evaluate one stored candidate on the pool and record its result, as every stage does (the
+    search, collect, self-supervised rounds, GRPO rewards). An exception from the evaluator itself
+    leaves the candidate pending, for a resumed run: None."""
+    future = pool.submit(EvalRequest(task, row.source, request_id=str(row.id)))
+    try:
+        result = await asyncio.wrap_future(future)
+    except Exception:
+        log.exception("evaluator raised on %s candidate %d; left pending", task.name, row.id)
+        return None
+    db.record_result(row.id, result)
+    verdict = f"{result.speedup:.3f}x" if result.speedup is not None else f"not ok: {why_not_ok(result)}"
+    log.info("%s #%d %s (round %d, step %s): %s", task.name, row.id, row.label, row.round, row.step, verdict)
+    return result
+
+
+def why_not_ok(result: EvalResult) -> str:
     if result.failed_stage is not None:
         lines = result.error.strip().splitlines() or ["no message"]
         return f"{result.failed_stage} stage: {lines[-1][:200]}"

@@ -26,8 +26,14 @@ from typing import Any
 from cudal1.config import CollectConfig, LLMConfig, dump_config
 from cudal1.eval.pool import EvalPool
 from cudal1.llm import BudgetExceeded, Ledger, LLMBackend, Message, SamplingParams, create_backend
-from cudal1.schema import EvalRequest, Task
-from cudal1.search.contrastive import Budget, ProgressCallback, device_seconds, store_reply
+from cudal1.schema import Task
+from cudal1.search.contrastive import (
+    Budget,
+    ProgressCallback,
+    device_seconds,
+    evaluate_and_record,
+    store_reply,
+)
 from cudal1.search.database import CandidateDB, CandidateRow, Provenance
 from cudal1.search.optimize import (
     CONFIG_FILE,
@@ -216,16 +222,10 @@ class _Collector:
         async with self._slots:
             if self.budget.exhausted(llm=False) is not None:
                 return
-            future = self.pool.submit(EvalRequest(task, row.source, request_id=str(row.id)))
-            try:
-                result = await asyncio.wrap_future(future)
-            except Exception:
-                log.exception("evaluator raised on %s candidate %d; left pending", task.name, row.id)
+            result = await evaluate_and_record(self.pool, self.db, task, row)
+            if result is None:
                 return
-        self.db.record_result(row.id, result)
         self.budget.add(result)
-        verdict = f"{result.speedup:.3f}x" if result.speedup is not None else "not ok"
-        log.info("%s #%d %s: %s", task.name, row.id, row.label, verdict)
         best = self.db.best(task.name)
         self.emit(
             "evaluated",

@@ -14,8 +14,8 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from cudal1.eval.pool import EvalPool
-from cudal1.schema import EvalRequest, EvalResult, Task
-from cudal1.search.contrastive import seed_candidates
+from cudal1.schema import EvalResult, Task
+from cudal1.search.contrastive import evaluate_and_record, seed_candidates
 from cudal1.search.database import CandidateDB, CandidateRow, DuplicateSourceError, Provenance
 
 log = logging.getLogger(__name__)
@@ -33,27 +33,10 @@ async def evaluate_rows(
         return {}
 
     async def one(row: CandidateRow) -> tuple[int, EvalResult | None]:
-        future = pool.submit(EvalRequest(tasks[row.task], row.source, request_id=str(row.id)))
-        try:
-            result = await asyncio.wrap_future(future)
-        except Exception:
-            log.exception("evaluator raised on %s candidate %d; left pending", row.task, row.id)
-            return row.id, None
-        db.record_result(row.id, result)
-        verdict = f"{result.speedup:.3f}x" if result.speedup is not None else f"not ok ({_why(result)})"
-        log.info("%s #%d %s (step %s): %s", row.task, row.id, row.label, row.step, verdict)
-        return row.id, result
+        return row.id, await evaluate_and_record(pool, db, tasks[row.task], row)
 
     done = await asyncio.gather(*(one(r) for r in rows))
     return {i: r for i, r in done if r is not None}
-
-
-def _why(result: EvalResult) -> str:
-    if result.failed_stage is not None:
-        return f"{result.failed_stage} stage"
-    if result.rejected:
-        return "rejected"
-    return "incorrect" if not result.correct else "not timed"
 
 
 def seed_tasks(
