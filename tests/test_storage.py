@@ -87,6 +87,7 @@ def test_candidate_database_made_before_the_shared_module_still_opens(tmp_path: 
     with CandidateDB(path) as db:
         assert [row.source for row in db.pending()] == ["class ModelNew: pass"]
     with sqlite3.connect(path) as conn:
-        stamps = [r[0] for r in conn.execute("SELECT applied_at FROM migrations")]
+        stamps = dict(conn.execute("SELECT name, applied_at FROM migrations"))
     conn.close()
-    assert stamps == ["2026-11-01T00:00:00.000+00:00"]  # recognised, not re-applied
+    assert stamps[MIGRATIONS[0].name] == "2026-11-01T00:00:00.000+00:00"  # recognised, not re-applied
+    assert set(stamps) == {m.name for m in MIGRATIONS}  # the later ones applied on top
