@@ -22,7 +22,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -181,7 +181,7 @@ class WorkerServer:
         exceed ``max_bytes``; both workers make the same ones, which their digests show."""
         torch.manual_seed(seed)
         fresh: list[list[Any]] = []
-        with torch.device(self.device) if self.device.type == "cuda" else _nothing():
+        with torch.device(self.device) if self.device.type == "cuda" else nullcontext():
             while len(fresh) < max(count, 1):
                 fresh.append([to_device(x, self.device) for x in self.module.get_inputs()])
                 if len(fresh) == 1:
@@ -351,11 +351,6 @@ def _module_constants(module: Any, values: dict[str, int]) -> Iterator[None]:
     finally:
         for name, value in saved.items():
             setattr(module, name, value)
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 def release(device: torch.device) -> None:
