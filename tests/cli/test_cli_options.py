@@ -21,3 +21,12 @@ def test_device_typo_exits_2(tmp_path: Path) -> None:
     candidate.write_text("class ModelNew: pass\n")
     res = CliRunner().invoke(app, ["eval", "5_gelu", str(candidate), "--device", "gpu0"])
     assert res.exit_code == 2 and "device" in res.output
+
+
+def test_help_prose_is_reflowed_but_lists_keep_their_lines() -> None:
+    from cudal1.cli.common import _reflow
+
+    text = "One sentence broken\nacross lines; --flags\n--stay in it.\n\nItems:\n- first\n- second\n  indented"
+    assert _reflow(text) == (
+        "One sentence broken across lines; --flags --stay in it.\n\nItems:\n- first\n- second\n  indented"
+    )

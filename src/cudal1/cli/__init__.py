@@ -11,6 +11,7 @@ from __future__ import annotations
 import typer
 
 from cudal1.cli.collect import collect_command
+from cudal1.cli.common import reflow_help
 from cudal1.cli.dataset import dataset_app
 from cudal1.cli.eval_cmd import eval_command
 from cudal1.cli.optimize import optimize_command
@@ -35,6 +36,7 @@ app.command("collect")(collect_command)
 app.add_typer(dataset_app, name="dataset")
 app.add_typer(train_app, name="train")
 app.command("report")(report_command)
+reflow_help(app)
 
 
 def main() -> None:

@@ -65,8 +65,8 @@ def collect_command(
     set_: Annotated[list[str] | None, typer.Option("--set", help="config override, e.g. samples=8")] = None,
     verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
 ) -> None:
-    """Ask every --llm model for variants of TASKS with the generation prompt; evaluate and store
-    all of them with their provenance (model, prompt, tokens)."""
+    """Ask every --llm model for variants of TASKS with the generation prompt; evaluate and store \
+all of them with their provenance (model, prompt, tokens)."""
     setup_logging(verbose)
     saved = out / CONFIG_FILE
     resuming = resume and saved.is_file()

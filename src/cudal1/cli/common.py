@@ -10,6 +10,7 @@ resumable with ``--resume``).
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import sys
@@ -103,3 +104,29 @@ def print_result(
         sys.stdout.write(markdown())
     else:
         console.print(table(console.width))
+
+
+def reflow_help(app: typer.Typer) -> None:
+    """Join the lines of each paragraph in every command's docstring, so that ``--help`` wraps
+    prose to the terminal instead of keeping the source's line breaks mid-sentence; list items
+    and indented lines keep their own lines."""
+    for info in app.registered_commands:
+        if info.callback is not None and info.callback.__doc__:
+            info.callback.__doc__ = _reflow(inspect.cleandoc(info.callback.__doc__))
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            reflow_help(group.typer_instance)
+
+
+def _reflow(text: str) -> str:
+    paragraphs = []
+    for para in text.split("\n\n"):
+        lines: list[str] = []
+        for line in para.splitlines():
+            line = line.rstrip().removesuffix("\\").rstrip()
+            if lines and not line.startswith(("- ", " ", "* ")):
+                lines[-1] += " " + line.strip()
+            else:
+                lines.append(line)
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)

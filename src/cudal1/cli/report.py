@@ -55,9 +55,9 @@ def report_command(
         Path | None, typer.Option("--html", help="also write one self-contained HTML page with figures")
     ] = None,
 ) -> None:
-    """Speedup statistics as the CUDA-L1 paper reports them, per level and overall; against every
-    baseline measured in the same run; speed of light; cost; and, for results from several GPUs,
-    a portability table."""
+    """Speedup statistics as the CUDA-L1 paper reports them, per level and overall; against every \
+baseline measured in the same run; speed of light; cost; and, for results from several GPUs, \
+a portability table."""
     sources = [load_source(p) for p in inputs]
     tables = report_tables(sources)
     print_result(
