@@ -87,6 +87,23 @@ def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def eval_data(tmp_path: Path) -> dict[str, Any]:
+    """EvalConfig data with budgets that keep a CPU evaluation to a few seconds."""
+    return {
+        "device": "cpu",
+        "correctness_trials": 2,
+        "build_cache": str(tmp_path / "builds"),
+        "timing": {
+            "warmup_ms": 1,
+            "min_samples": 3,
+            "max_samples": 6,
+            "budget_s": 0.5,
+            "bootstrap_resamples": 100,
+        },
+        "sandbox": {"call_timeout_s": 8, "import_timeout_s": 60},
+    }
+
+
 def config_data(tmp_path: Path, **update: Any) -> dict[str, Any]:
     """An OptimizeConfig as YAML-able data, with evaluation budgets small enough for CPU tests."""
     base = {
@@ -94,19 +111,7 @@ def config_data(tmp_path: Path, **update: Any) -> dict[str, Any]:
         "samples": 4,
         "baseline_labels": [],
         "size": "cpu",
-        "eval": {
-            "device": "cpu",
-            "correctness_trials": 2,
-            "build_cache": str(tmp_path / "builds"),
-            "timing": {
-                "warmup_ms": 1,
-                "min_samples": 3,
-                "max_samples": 6,
-                "budget_s": 0.5,
-                "bootstrap_resamples": 100,
-            },
-            "sandbox": {"call_timeout_s": 8, "import_timeout_s": 60},
-        },
+        "eval": eval_data(tmp_path),
         "pool": {"workers": 2, "spares": 1},
         "final": {"timing_budget_s": 0.5, "correctness_trials": 2},
     }

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 from run_fixtures import closed_port_url, no_real_endpoint  # noqa: F401 (fixtures)
-from tiny_model import build_tiny_model
 from train_fixtures import ANSWERS, GELU, corpus, eval_data
 
 from cudal1.config import LoraSettings, OptimSettings
+from cudal1.train.tiny_model import build_tiny_model
 
 
 @pytest.fixture(scope="session")

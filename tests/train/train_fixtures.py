@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
-from run_fixtures import GELU, GOOD, NO_CODE
+from run_fixtures import GELU, GOOD, NO_CODE, eval_data
 
 from cudal1.search.prompts import render_contrastive_prompt, render_generation_prompt
 
@@ -41,23 +38,6 @@ def corpus() -> list[str]:
     contrastive = render_contrastive_prompt(GELU, [Exemplar(GOOD_ANSWER, 1.0, True, label="#1")])
     texts = [m["content"] for m in render_generation_prompt(GELU) + contrastive]
     return (texts + [GELU.source, *ANSWERS]) * 3
-
-
-def eval_data(tmp_path: Path) -> dict[str, Any]:
-    """EvalConfig data with budgets that keep a CPU evaluation to a few seconds."""
-    return {
-        "device": "cpu",
-        "correctness_trials": 2,
-        "build_cache": str(tmp_path / "builds"),
-        "timing": {
-            "warmup_ms": 1,
-            "min_samples": 3,
-            "max_samples": 6,
-            "budget_s": 0.5,
-            "bootstrap_resamples": 100,
-        },
-        "sandbox": {"call_timeout_s": 8, "import_timeout_s": 60},
-    }
 
 
 def make_result(task: str, source: str, speedup: float | None, *, correct: bool = True, reject: bool = False):

@@ -247,10 +247,15 @@ class Evaluation:
     ) -> None:
         """Both workers make the same inputs from a seed drawn here; the reference keeps its outputs
         (and with ``levels`` calibrates what reduced precision looks like on them)."""
-        want = self.reference(Command.MAKE_INPUTS, seed=seed, key=key, sizes=sizes)["digest"]
-        got = self.candidate(Command.MAKE_INPUTS, seed=seed, key=key, sizes=sizes)["digest"]
-        self.check_inputs(want, got, key)
+        self._same_inputs(Command.MAKE_INPUTS, key, seed=seed, key=key, sizes=sizes)
         self.run_reference(key, slot, levels)
+
+    def _same_inputs(self, cmd: Command, label: str, **args: Any) -> dict[str, Any]:
+        """Both workers make inputs (``cmd``) from the same arguments; their digests must agree.
+        Returns the reference's reply."""
+        want = self.reference(cmd, **args)
+        self.check_inputs(want["digest"], self.candidate(cmd, **args)["digest"], label)
+        return want
 
     def check_inputs(self, want: list[Any], got: list[Any], key: str) -> None:
         if list(got) != list(want):
@@ -319,10 +324,13 @@ class Evaluation:
         )
         return Comparison(**r["comparison"]), list(r["digests"])
 
+    def _precision_tracker(self) -> PrecisionTracker:
+        tf32 = reference_may_use_tf32(self.task.source, _device_type(self.device))
+        return PrecisionTracker(self.config.guards.precision_policy, tf32)
+
     def _check_correctness(self, seeds: _Seeds) -> None:
         worst_abs, worst_rel, scale, against = 0.0, 0.0, 1.0, "reference"
-        tf32 = reference_may_use_tf32(self.task.source, _device_type(self.device))
-        precision = PrecisionTracker(self.config.guards.precision_policy, tf32)
+        precision = self._precision_tracker()
         n = self.config.correctness_trials
         for trial in range(n):
             key = f"check{trial}"
@@ -354,11 +362,7 @@ class Evaluation:
         keys = [f"time{i}" for i in range(self.config.timing_input_sets)]
         with self.phase("timing_inputs"):
             for key in keys:  # warm-up inputs; every timed sample gets fresh ones (refresh)
-                seed = seeds.next()
-                want = self.reference(Command.MAKE_INPUTS, seed=seed, key=key)["digest"]
-                self.check_inputs(
-                    want, self.candidate(Command.MAKE_INPUTS, seed=seed, key=key)["digest"], key
-                )
+                self._same_inputs(Command.MAKE_INPUTS, key, seed=seeds.next(), key=key)
         timing_args: dict[str, Any] = {
             "keys": keys,
             "flush_bytes": cfg.flush_l2_bytes,
@@ -372,8 +376,7 @@ class Evaluation:
         # judged against the levels the first correctness set calibrated (a candidate that
         # computes at lower precision only while timed: audit/cases/timing_aware_half_precision.py).
         room = max(self.correctness.tolerance_scale, 1.0)
-        tf32 = reference_may_use_tf32(self.task.source, _device_type(self.device))
-        timed_precision = PrecisionTracker(self.config.guards.precision_policy, tf32)
+        timed_precision = self._precision_tracker()
         levels = next(iter(self._levels.values()), None)
 
         def refresh(sample: int, calls: int) -> int:
@@ -382,11 +385,7 @@ class Evaluation:
                 "count": min(calls, cfg.max_timing_sets),
                 "max_bytes": cfg.timing_sets_bytes,
             }
-            want = self.reference(Command.REFRESH_INPUTS, **args)
-            self.check_inputs(
-                want["digest"], self.candidate(Command.REFRESH_INPUTS, **args)["digest"], f"timed{sample}"
-            )
-            return int(want["count"])
+            return int(self._same_inputs(Command.REFRESH_INPUTS, f"timed{sample}", **args)["count"])
 
         def check(sample: int, digests: list[Any]) -> str | None:
             cmp, real = self._compare(None, cand.request_raw(Command.FETCH_LAST), room)

@@ -1,7 +1,8 @@
-"""A tiny random causal LM and its tokenizer, built in the test from a config (no hub).
+"""A tiny random causal LM and its tokenizer, built from a config (no hub): what the CPU tests
+train, and (larger) the policy of the GPU learning check and training benchmark.
 
-The recipe of shared/research/rl-stack.md (a 2-layer decoder, a BPE tokenizer trained in the test,
-a two-line Jinja chat template), with two changes for speed on a 2-core CI runner: the tokenizer
+The recipe of shared/research/rl-stack.md (a small decoder, a BPE tokenizer trained on the texts
+the run will use, a two-line Jinja chat template), with two changes for speed: the tokenizer
 does not split on whitespace (``use_regex=False``), so the texts it was trained on (the prompts,
 the programs) become a few long tokens and a prompt is tens of tokens, not thousands; and the
 model is a Mistral, whose tokenizer class keeps that tokenizer as it is (transformers 5 rebuilds
@@ -24,7 +25,19 @@ CHAT_TEMPLATE = (
 SPECIALS = ["<unk>", "<pad>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
 
 
-def build_tiny_model(out: Path, corpus: Iterable[str], *, vocab: int = 4000, hidden: int = 64) -> Path:
+def build_tiny_model(
+    out: Path,
+    corpus: Iterable[str],
+    *,
+    vocab: int = 4000,
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    ffn_factor: int = 2,
+    max_positions: int = 8192,
+) -> Path:
+    """Train the tokenizer on ``corpus``, build a random Mistral-architecture decoder (``heads``
+    query heads over half as many key/value heads), save both in ``out``."""
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
@@ -39,11 +52,11 @@ def build_tiny_model(out: Path, corpus: Iterable[str], *, vocab: int = 4000, hid
     config = MistralConfig(
         vocab_size=len(fast),
         hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=8192,
+        intermediate_size=ffn_factor * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads // 2,
+        max_position_embeddings=max_positions,
         eos_token_id=fast.eos_token_id,
         pad_token_id=fast.pad_token_id,
         bos_token_id=None,
