@@ -22,7 +22,11 @@ if [[ $what == tests || $what == all ]]; then
   rc=${PIPESTATUS[0]}
 fi
 if [[ $what == bench || $what == all ]]; then
-  python3 benchmarks/evaluator.py "$@" 2>&1 | tee "$OUT/bench-evaluator.log" || rc=1
+  # One log per part, so that several bench calls in one command keep theirs.
+  part=all; prev=
+  for arg in "$@"; do [[ $prev == --part ]] && part=$arg; [[ $arg == --part=* ]] && part=${arg#--part=}; prev=$arg; done
+  python3 benchmarks/evaluator.py "$@" 2>&1 | tee "$OUT/bench-evaluator-$part.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
 fi
 if [[ $what == optimize ]]; then
   python3 -m cudal1.cli optimize "$@" 2>&1 | tee "$OUT/optimize.log" || rc=1

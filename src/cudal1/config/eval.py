@@ -65,6 +65,11 @@ class TimingConfig(StrictConfig):
         ge=0,
         description="GPU spin queued before each sample's begin event, so launch latency is off the clock",
     )
+    pause_others: bool = Field(
+        True,
+        description="stop the pool's other candidate workers (imports, builds, __init__ GPU work) "
+        "while a pair is sampled, so load cannot slow one side at random",
+    )
     bootstrap_resamples: int = Field(2000, ge=100)
     check_output_fraction: float = Field(
         0.05, ge=0, le=1, description="chance that a timed sample's output is fetched and compared"

@@ -14,8 +14,8 @@ import ast
 import random
 import secrets
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,6 +83,8 @@ class Evaluation:
     cand: WorkerProcess | None = None
     ref: ReferenceWorker | None = None  # the reference worker attached last (the device's)
     failed: bool = False
+    # Held around the sampling: the pool stops its other workers then (``eval/quiet.py``).
+    quiet: Callable[[], AbstractContextManager[int]] = field(default=lambda: nullcontext(0))
     _input_digests: dict[str, list[Any]] = field(default_factory=dict)
     _out_bytes: dict[str, list[int]] = field(default_factory=dict)
     _ref_digests: dict[str, list[Any]] = field(default_factory=dict)
@@ -396,7 +398,8 @@ class Evaluation:
                 )
             return None if cmp.ok else f"sample {sample}: timed output wrong: {cmp.message}"
 
-        with self.phase("sampling"):
+        with self.phase("sampling"), self.quiet() as paused:
+            self.environment["workers_paused_while_timed"] = paused
             outcome = measure_paired(
                 WorkerEndpoint(self.ref.process),
                 WorkerEndpoint(cand),

@@ -31,6 +31,7 @@ from cudal1.eval.admission import USABLE, DeviceGate, expected_need
 from cudal1.eval.evaluator import Evaluation, resolve_device
 from cudal1.eval.process.protocol import Role
 from cudal1.eval.process.sandbox import WorkerProcess
+from cudal1.eval.quiet import QuietWindows
 from cudal1.eval.workers import ReferenceWorker, build_env, default_build_cache
 from cudal1.schema import EvalRequest, EvalResult, Task
 
@@ -98,6 +99,7 @@ class EvalPool:
         self._gates: dict[str, DeviceGate] = {}
         self._peaks: dict[str, int] = {}  # a task's reference peak device memory, by task hash
         self._workers = workers
+        self._quiet = QuietWindows()
         self._spares = SparePool(config, spares, self._general_cpus)
         # The pool's own threads (they talk to the workers and build nothing) keep off the timing
         # cores too; the caller's threads stay where the caller put them.
@@ -166,12 +168,15 @@ class EvalPool:
             self._done_with(probe)
         ev.environment["build_cache_hit"] = hit
         cand = self._spares.take()
+        self._quiet.enter_loading(cand)
         try:
             ev.run_compile(cand, env)
             if not ev.failed:
                 self._on_device(ev, task, cand, exclusive)
         finally:
-            cand.close()
+            self._quiet.leave_loading(cand)
+            if not cand.closed:
+                self._quiet.close_outside_windows(cand)
         return ev.result()
 
     def _on_device(self, ev: Evaluation, task: Task, cand: WorkerProcess, exclusive: bool) -> None:
@@ -187,7 +192,8 @@ class EvalPool:
                 ev.run_load()
                 if not ev.failed:
                     self._check_and_time(ev, ref, device)
-                cand.close()  # its device memory goes back before the next evaluation is admitted
+                # Its device memory goes back before the next evaluation is admitted.
+                self._quiet.close_outside_windows(cand)
             if not ref.process.alive:
                 self._drop_reference(ref)
         finally:
@@ -197,6 +203,10 @@ class EvalPool:
 
     def _check_and_time(self, ev: Evaluation, ref: ReferenceWorker, device: str) -> None:
         with self._device_locks[device], ref.lock:
+            if ev.cand is not None:
+                self._quiet.leave_loading(ev.cand)
+                if self.config.timing.pause_others:
+                    ev.quiet = lambda: self._quiet.window(exclude=ev.cand)
             pair = self._timing_cpus.get(device)
             if pair and ev.cand is not None:
                 ref.process.pin({pair[0]})

@@ -29,6 +29,8 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol
@@ -108,6 +110,12 @@ class WorkerProcess:
         parent_sock.close()
         self.ready = False
         self.closed = False
+        # Suspension (``suspend``/``resume``): nested holds, and the seconds spent stopped, which
+        # the reply timeouts do not count.
+        self._pause_lock = threading.Lock()
+        self._holds = 0
+        self._paused_at = 0.0
+        self._paused_s = 0.0
 
     def _environment(self, extra: dict[str, str]) -> dict[str, str]:
         env = {k: os.environ[k] for k in self.config.keep_env if k in os.environ}
@@ -206,7 +214,7 @@ class WorkerProcess:
 
     def _receive_bytes(self, timeout: float, what: str) -> bytes:
         try:
-            if not self.conn.poll(timeout):
+            if not self._poll(timeout):
                 self.kill()
                 raise WorkerError(
                     f"{self.role} worker timed out after {timeout:.0f}s during {what}",
@@ -217,6 +225,17 @@ class WorkerProcess:
             return self.conn.recv_bytes()
         except (EOFError, OSError) as exc:
             raise self._died(f"during {what}: {type(exc).__name__}") from None
+
+    def _poll(self, timeout: float) -> bool:
+        """Wait for a reply up to ``timeout`` seconds of time not spent suspended."""
+        start = time.monotonic()
+        paused0 = self.paused_s()
+        while True:
+            left = timeout - (time.monotonic() - start) + (self.paused_s() - paused0)
+            if left <= 0:
+                return False
+            if self.conn.poll(min(left, 1.0)):
+                return True
 
     def _died(self, context: str) -> WorkerError:
         code = self._wait_exit(2.0)
@@ -254,6 +273,36 @@ class WorkerProcess:
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(tid, cpus)
 
+    def suspend(self) -> None:
+        """Stop the worker's whole process group (SIGSTOP: its compiler children too) until the
+        matching ``resume``; holds nest. The pool stops the workers that are building or loading
+        while a pair on the device is timed: their GPU work and their compilers' CPU load slowed
+        one side of a timed pair at random (issue 10: A-vs-A pairs read 0.93-1.07x in a loaded
+        batch). Time stopped does not count against the reply timeouts."""
+        with self._pause_lock:
+            self._holds += 1
+            if self._holds == 1:
+                self._paused_at = time.monotonic()
+                self._signal_group(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        with self._pause_lock:
+            if self._holds == 0:
+                return
+            self._holds -= 1
+            if self._holds == 0:
+                self._signal_group(signal.SIGCONT)
+                self._paused_s += time.monotonic() - self._paused_at
+
+    def paused_s(self) -> float:
+        """Seconds spent suspended so far (including a suspension still in progress)."""
+        with self._pause_lock:
+            return self._paused_s + (time.monotonic() - self._paused_at if self._holds else 0.0)
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
     @property
     def alive(self) -> bool:
         return not self.closed and self.proc.poll() is None
@@ -268,6 +317,10 @@ class WorkerProcess:
         if self.closed:
             return
         self.closed = True
+        with self._pause_lock:
+            if self._holds:
+                self._holds = 0
+                self._signal_group(signal.SIGCONT)
         if self.proc.poll() is None:
             with contextlib.suppress(Exception):
                 self.conn.send_bytes(encode({"cmd": Command.EXIT.value}))

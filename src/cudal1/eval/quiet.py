@@ -1,0 +1,88 @@
+"""Quiet windows: while a pair is sampled, the pool's other candidate workers stand still.
+
+A worker that imports a candidate, runs nvcc for its ``load_inline`` or builds its ModelNew on the
+GPU does so beside the pair being timed. Its GPU work time-slices with the timed kernels, and its
+compilers load the host that launches them; either slows whichever side happens to be running,
+so launch-bound and sub-millisecond pairs scattered by several percent in a loaded batch
+(issue 10: A-vs-A read 0.93-1.07x where a quiet GPU gives 1.00). For the length of the sampling
+the pool stops those workers' process groups (SIGSTOP; their compilers too) and lets them go on
+afterwards; nothing else of the pool runs then except the two timed workers and the evaluator's
+clock. Stopped time does not count against their timeouts (``WorkerProcess.suspend``), and a
+candidate worker is killed (its CUDA context torn down) only between windows.
+
+What is not covered: GPU work a stopped worker queued before it stopped still runs to its end,
+and processes outside the pool (another program on the machine) are not stopped.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Protocol
+
+
+class Pausable(Protocol):
+    def suspend(self) -> None: ...
+    def resume(self) -> None: ...
+    def paused_s(self) -> float: ...
+    def close(self) -> None: ...
+
+
+class QuietWindows:
+    """The pool's loading workers, and the windows (one per pair being sampled) that stop them."""
+
+    def __init__(self, close_wait_s: float = 10.0) -> None:
+        self._cond = threading.Condition()
+        self._loading: list[Pausable] = []
+        self._windows: list[list[Pausable]] = []  # per open window, the workers it stopped
+        self._close_wait_s = close_wait_s
+
+    def enter_loading(self, worker: Pausable) -> None:
+        """``worker`` now imports, builds or loads a candidate outside any device lock."""
+        with self._cond:
+            self._loading.append(worker)
+            for stopped in self._windows:  # a window open now stops it too
+                worker.suspend()
+                stopped.append(worker)
+
+    def leave_loading(self, worker: Pausable) -> None:
+        """``worker`` is about to be timed (or is done): no later window stops it. One stopped by
+        a window still open (another device's) runs again when that window closes: wait for it."""
+        with self._cond:
+            if worker in self._loading:
+                self._loading.remove(worker)
+            while any(worker in stopped for stopped in self._windows):
+                self._cond.wait()
+
+    @contextmanager
+    def window(self, exclude: Pausable | None = None) -> Iterator[int]:
+        """Stop every loading worker but ``exclude`` until the block ends; yields how many."""
+        with self._cond:
+            stopped = [w for w in self._loading if w is not exclude]
+            for worker in stopped:
+                worker.suspend()
+            self._windows.append(stopped)
+        try:
+            yield len(stopped)
+        finally:
+            with self._cond:
+                self._windows.remove(stopped)
+                for worker in stopped:
+                    worker.resume()
+                self._cond.notify_all()
+
+    def close_outside_windows(self, worker: Pausable) -> None:
+        """Close ``worker`` once no window is open (a CUDA context torn down beside a timed pair
+        stalls it), waiting at most ``close_wait_s``."""
+        deadline = time.monotonic() + self._close_wait_s
+        with self._cond:
+            while self._windows and (left := deadline - time.monotonic()) > 0:
+                self._cond.wait(left)
+        worker.close()
+
+    @property
+    def open_windows(self) -> int:
+        with self._cond:
+            return len(self._windows)

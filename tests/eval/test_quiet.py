@@ -1,0 +1,112 @@
+"""Quiet windows: while a pair is sampled, the pool's loading candidate workers are stopped, and
+stopped time does not count against their timeouts."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from cudal1.config import SandboxConfig
+from cudal1.eval.pool import EvalPool
+from cudal1.eval.process.protocol import Command
+from cudal1.eval.process.sandbox import WorkerProcess
+from cudal1.eval.quiet import QuietWindows
+from cudal1.schema import EvalRequest
+
+
+class FakeWorker:
+    def __init__(self) -> None:
+        self.holds = 0
+        self.closed_at_windows: int | None = None
+
+    def suspend(self) -> None:
+        self.holds += 1
+
+    def resume(self) -> None:
+        self.holds -= 1
+
+    def paused_s(self) -> float:
+        return 0.0
+
+    def close(self) -> None:
+        self.closed_at_windows = -1
+
+
+def test_a_window_stops_the_loading_workers_but_the_timed_one():
+    quiet = QuietWindows()
+    a, b, timed = FakeWorker(), FakeWorker(), FakeWorker()
+    for w in (a, b, timed):
+        quiet.enter_loading(w)
+    with quiet.window(exclude=timed) as n:
+        assert n == 2 and (a.holds, b.holds, timed.holds) == (1, 1, 0)
+        late = FakeWorker()
+        quiet.enter_loading(late)  # starts loading while the window is open: stopped at once
+        assert late.holds == 1
+    assert (a.holds, b.holds, late.holds, timed.holds) == (0, 0, 0, 0)
+    quiet.leave_loading(a)
+    with quiet.window():
+        assert a.holds == 0 and b.holds == 1
+
+
+def test_windows_nest_and_leaving_waits_for_the_other_devices_window():
+    quiet = QuietWindows()
+    w = FakeWorker()
+    quiet.enter_loading(w)
+    left = threading.Event()
+    with quiet.window():
+        with quiet.window():
+            assert w.holds == 2
+        assert w.holds == 1
+        t = threading.Thread(target=lambda: (quiet.leave_loading(w), left.set()))
+        t.start()
+        time.sleep(0.2)
+        assert not left.is_set()  # still stopped by the open window: it may not be timed yet
+    t.join(5)
+    assert left.is_set() and w.holds == 0
+
+
+def test_workers_are_closed_between_windows():
+    quiet = QuietWindows(close_wait_s=30)
+    w = FakeWorker()
+    closed = threading.Event()
+    with quiet.window():
+        t = threading.Thread(target=lambda: (quiet.close_outside_windows(w), closed.set()))
+        t.start()
+        time.sleep(0.2)
+        assert not closed.is_set()
+    t.join(5)
+    assert closed.is_set()
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_suspended_worker_stops_and_its_stopped_time_is_not_a_timeout():
+    with WorkerProcess(SandboxConfig(call_timeout_s=30)) as worker:
+        worker.wait_ready()
+        worker.suspend()
+        deadline = time.monotonic() + 5
+        while _state(worker.proc.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _state(worker.proc.pid) == "T"
+        threading.Timer(1.5, worker.resume).start()
+        # 1.5 s stopped, 1 s allowed: only the time it could run counts.
+        assert worker.request(Command.PING, timeout=1.0)["ok"]
+        assert worker.paused_s() >= 1.4
+        assert _state(worker.proc.pid) != "T"
+
+
+def test_the_pool_stops_a_loading_candidate_while_another_is_timed(task, fast_config, candidate):
+    """A candidate still importing (a slow module body) is stopped for the other's sampling; both
+    results come out right, and the timed one says how many workers stood still."""
+    slow = candidate("        return torch.relu(self.lin(x))", imports="import time\ntime.sleep(10)\n")
+    quick = candidate("        return torch.relu(self.lin(x))")
+    with EvalPool(fast_config, workers=2, spares=0) as pool:
+        results = dict(
+            (req.source, res) for req, res in pool.evaluate_many([EvalRequest(task, slow), EvalRequest(task, quick)])
+        )
+    assert results[slow].ok and results[quick].ok, (results[slow].error, results[quick].error)
+    assert results[quick].environment["workers_paused_while_timed"] == 1
+    assert results[slow].environment["workers_paused_while_timed"] == 0
