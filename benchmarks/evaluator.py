@@ -94,6 +94,7 @@ def _run_summary(res: EvalResult) -> dict:
         "samples": len(t.ref_ms),
         "calls_per_sample": t.calls_per_sample,
         "stop": t.stop_reason,
+        "workers_paused": res.environment.get("workers_paused_while_timed"),
         "ref_ms_raw": list(t.ref_ms),
         "cand_ms_raw": list(t.cand_ms),
         "ref_wall_ms_raw": list(t.ref_wall_ms),

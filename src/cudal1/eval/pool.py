@@ -10,8 +10,9 @@ untrusted code); the reference worker stays for the task's next candidate. Only 
 timed calls hold a device: on the CUDA-L1 release, where many kernels compile in ``__init__``,
 holding it through the build left the GPU idle most of the time.
 
-CPU placement: when the machine has cores to spare, each device's timed pair gets two cores of
-its own, and the pool's own threads and worker processes run on the rest. The pool pins only
+CPU placement: when the machine has cores to spare, each device's timed pair gets a physical core
+of its own (both sides on it, one after the other), and the pool's own threads and worker
+processes run on the rest. The pool pins only
 what it owns (its worker processes and its threads), never its caller's process.
 """
 
@@ -207,17 +208,17 @@ class EvalPool:
                 self._quiet.leave_loading(ev.cand)
                 if self.config.timing.pause_others:
                     ev.quiet = lambda: self._quiet.window(exclude=ev.cand)
-            pair = self._timing_cpus.get(device)
-            if pair and ev.cand is not None:
-                ref.process.pin({pair[0]})
-                ev.cand.pin({pair[1]})
+            cpu = self._timing_cpus.get(device)
+            if cpu is not None and ev.cand is not None:
+                ref.process.pin({cpu})
+                ev.cand.pin({cpu})
             try:
                 ev.run_on_device()
             finally:
                 peak = ref.release() if ref.process.alive else None
                 if peak is not None:
                     self._peaks[ev.task.hash] = max(peak, self._peaks.get(ev.task.hash, 0))
-                if pair and self._general_cpus and ref.process.alive:
+                if cpu is not None and self._general_cpus and ref.process.alive:
                     ref.process.pin(self._general_cpus)
 
     def _gate(self, device: str, ref: ReferenceWorker) -> DeviceGate:
@@ -264,12 +265,16 @@ class EvalPool:
 
 def _split_cpus(
     devices: list[str], cpus: list[int] | None = None, siblings: Callable[[int], set[int]] | None = None
-) -> tuple[dict[str, tuple[int, int]], set[int] | None]:
-    """Per device, two physical cores of its own for the timed pair (one logical CPU each, their
-    SMT siblings left idle), when the machine has them to spare; everything else (imports,
-    nvcc builds) runs on the remaining physical cores. A build on the sibling of one side's core
-    slows that side's kernel launches alone: the suspected cause of launch-bound A-vs-A pairs
-    reading 1.10x in a loaded batch (issue 10). Without SMT, a core is one logical CPU."""
+) -> tuple[dict[str, int], set[int] | None]:
+    """Per device, one logical CPU of a physical core of its own (its SMT siblings left idle), on
+    which both sides of the timed pair run, one after the other; everything else (imports, nvcc
+    builds) runs on the remaining physical cores, when the machine has them to spare.
+
+    One core for both sides, not one each: a launch-bound call is timed at the speed of the core
+    that launches it, and on the GPU machines (virtual CPUs) two cores' speeds drift apart and
+    back over seconds. With a core each, A-vs-A pairs of launch-bound tasks read 0.79-1.65x over
+    consecutive stretches of one measurement and 1.31x [1.24, 1.39] overall on an H100 (issue
+    10); on one core, both sides of a sample see the same speed and the pairing cancels it."""
     cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
     siblings = siblings or _siblings
     cores: dict[int, list[int]] = {}  # first logical CPU of a physical core -> its logical CPUs
@@ -277,12 +282,12 @@ def _split_cpus(
         group = sorted(siblings(cpu) & set(cpus)) or [cpu]
         cores.setdefault(group[0], group)
     physical = sorted(cores.values())
-    if len(physical) < 2 * len(devices) + 1:
+    if len(physical) < len(devices) + 2:  # the rest needs two cores at least
         return {}, None
     # From the end: CPU 0 takes most interrupts.
-    pairs = {d: (physical[-1 - 2 * i][0], physical[-2 - 2 * i][0]) for i, d in enumerate(devices)}
-    general = {cpu for core in physical[: len(physical) - 2 * len(devices)] for cpu in core}
-    return pairs, general
+    timing = {d: physical[-1 - i][0] for i, d in enumerate(devices)}
+    general = {cpu for core in physical[: len(physical) - len(devices)] for cpu in core}
+    return timing, general
 
 
 def _siblings(cpu: int) -> set[int]:
