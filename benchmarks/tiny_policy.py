@@ -6,6 +6,10 @@ baseline programs as answers. The tokenizer does not split on whitespace, so tho
 a few long tokens and the policy's choice of a program is a choice among few tokens: a small
 model can learn it in minutes, which is what a learning check of the pipeline needs. It says
 nothing about how a real model learns CUDA.
+
+Only the baselines the run seeds (``labels``) are in the tokenizer's corpus: a program in the
+vocabulary that the run never evaluates (a torch.compile variant, minutes to build on a GPU) is
+one token away from being sampled and costs a fresh evaluation when it is.
 """
 
 from __future__ import annotations
@@ -20,10 +24,10 @@ from cudal1.train.datasets import format_answer
 from cudal1.train.tiny_model import build_tiny_model
 
 
-def corpus(tasks: Sequence[Task]) -> list[str]:
+def corpus(tasks: Sequence[Task], labels: Sequence[str] | None = None) -> list[str]:
     texts: list[str] = []
     for task in tasks:
-        seeds = seed_candidates(task, None)
+        seeds = seed_candidates(task, labels)
         exemplars = [Exemplar(src, 1.0, True, label=f"#{i} {label}") for i, (label, src) in enumerate(seeds)]
         prompts = render_generation_prompt(task) + render_contrastive_prompt(task, exemplars[:2])
         texts += [m["content"] for m in prompts]
@@ -32,11 +36,17 @@ def corpus(tasks: Sequence[Task]) -> list[str]:
 
 
 def build_policy(
-    out: Path, tasks: Sequence[Task], *, hidden: int = 256, layers: int = 4, vocab: int = 16000
+    out: Path,
+    tasks: Sequence[Task],
+    *,
+    labels: Sequence[str] | None = None,
+    hidden: int = 256,
+    layers: int = 4,
+    vocab: int = 16000,
 ) -> Path:
     return build_tiny_model(
         out,
-        corpus(tasks),
+        corpus(tasks, labels),
         vocab=vocab,
         hidden=hidden,
         layers=layers,
