@@ -7,8 +7,8 @@ import io
 
 from rich.console import Console
 
-from cudal1.cli.progress import ProgressReporter
-from cudal1.report.progress import evaluation_line, task_line
+from cudal1.cli.progress import ProgressReporter, TrainingView
+from cudal1.report.progress import evaluation_line, step_line, task_line
 
 
 def reporter(terminal: bool) -> tuple[ProgressReporter, io.StringIO]:
@@ -52,3 +52,25 @@ def test_line_wording() -> None:
         in slower
     )
     assert task_line("a", faster=True, label="x", speedup=1.5) == "a done: faster: x 1.500x"
+
+
+def test_training_view_prints_a_line_per_logged_step() -> None:
+    progress, out = reporter(terminal=False)
+    with progress:
+        view = TrainingView(progress)
+        view("step", {"phase": "grpo", "step": 1, "max_steps": 3, "metrics": {"loss": 0.01, "reward": -0.1}})
+        view("round_judged", {"round": 1, "samples": 8, "kept": 5})
+        view("step", {"phase": "grpo", "step": 2, "max_steps": 3, "metrics": {"loss": 0.02}})
+    lines = out.getvalue().splitlines()
+    assert [line.partition("s] ")[2] for line in lines] == [
+        "grpo step 1/3: loss 0.01, reward -0.1",
+        "round 1: 5 of 8 samples executable and correct",
+        "grpo step 2/3: loss 0.02",
+    ]
+    terminal, text = reporter(terminal=True)
+    with terminal:
+        TrainingView(terminal)("step", {"phase": "sft", "step": 2, "max_steps": 4, "metrics": {}})
+    assert "2/4" in text.getvalue()
+    assert step_line("sft", 1, 2, {"loss": 1.23456, "mean_token_accuracy": 0.5}) == (
+        "sft step 1/2: loss 1.23, token accuracy 0.5"
+    )

@@ -63,6 +63,7 @@ def test_cli_collect_with_a_scripted_model(tmp_path: Path, eval_config: dict[str
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert f"{GELU.name}: 2 evaluated, 2 correct" in result.output
+    assert result.output.count(f"s] {GELU.name} ") == 2  # progress: a line per finished evaluation
     no_model = CliRunner().invoke(
         app, ["collect", GELU.name, "--out", str(tmp_path / "x"), "--config", str(cfg)]
     )

@@ -35,6 +35,8 @@ def test_sft_command_trains_lora_and_saves_a_plain_model(tiny_model: Path, tmp_p
     sets = ["optim.max_steps=2", "optim.report_to=none", "device=cpu", "lora.r=4", "max_length=4096"]
     result = runner.invoke(app, [*args, *(x for s in sets for x in ("--set", s))])
     assert result.exit_code == 0, result.output
+    # progress, not on a terminal: a line per logged step, with its loss
+    assert "s] sft step 1/2: loss " in result.output and "s] sft step 2/2: loss " in result.output
     model = tmp_path / "sft" / "model"
     assert (model / "config.json").is_file() and not (model / "adapter_config.json").exists()
     assert yaml.safe_load((tmp_path / "sft" / "config.yaml").read_text())["lora"]["r"] == 4

@@ -2,9 +2,9 @@
 prompt); every variant is evaluated and stored with its provenance in the run's candidate
 database, the raw material of ``cudal1 dataset export`` (stage 1's data augmentation).
 
-Progress: one line per finished evaluation and per model round on stderr. Exit codes
-(``cli.common``): 0 the run completed (a budget that stopped it early included), 2 bad input,
-130 interrupted (resumable with ``--resume``).
+Progress (``cli.progress``, as ``optimize`` shows it): a bar per task on a terminal, a line per
+finished evaluation anywhere else. Exit codes (``cli.common``): 0 the run completed (a budget
+that stopped it early included), 2 bad input, 130 interrupted (resumable with ``--resume``).
 """
 
 from __future__ import annotations
@@ -26,23 +26,11 @@ from cudal1.cli.common import (
     setup_logging,
     size_for,
 )
+from cudal1.cli.progress import ProgressReporter, ProgressView
 from cudal1.config import CollectConfig, Size
 from cudal1.llm import LLMError
 from cudal1.search.optimize import CONFIG_FILE, OptimizeError, load_run_tasks
 from cudal1.train.collect import CollectError, collect
-
-
-def print_event(kind: str, payload: dict[str, Any]) -> None:
-    """A line per event worth seeing while a collect run works."""
-    if kind == "evaluated":
-        verdict = f"{payload['speedup']:.3f}x" if payload.get("speedup") is not None else "not ok"
-        err_console.print(f"{payload['task']} #{payload['id']} {payload['label']}: {verdict}")
-    elif kind == "parse_failed":
-        err_console.print(f"{payload['task']} round {payload['round']}: no usable code ({payload['error']})")
-    elif kind == "round_done":
-        err_console.print(f"{payload['task']}: model {payload['round']} done")
-    elif kind == "stopped":
-        err_console.print(f"[yellow]budget {payload['reason']} reached: finishing what is under way[/yellow]")
 
 
 def collect_command(
@@ -83,7 +71,8 @@ all of them with their provenance (model, prompt, tokens)."""
         task_list = load_task_set(tasks, size_for(cfg.size, cfg.eval.device))
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        counts = collect(task_list, out, cfg, resume=resume, progress=print_event)
+        with ProgressReporter() as progress:
+            counts = collect(task_list, out, cfg, resume=resume, progress=ProgressView(progress))
     except (CollectError, LLMError) as exc:
         raise bad_input(str(exc)) from None
     except KeyboardInterrupt:

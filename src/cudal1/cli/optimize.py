@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import TaskID
 
 from cudal1.cli.common import (
     EXIT_INTERRUPTED,
@@ -28,61 +27,12 @@ from cudal1.cli.common import (
     setup_logging,
     size_for,
 )
-from cudal1.cli.progress import ProgressReporter
+from cudal1.cli.progress import ProgressReporter, ProgressView
 from cudal1.config import OptimizeConfig, Size, Suite
 from cudal1.llm import LLMError
-from cudal1.report.progress import evaluation_line, task_line
 from cudal1.report.runs import render_run_json, render_run_markdown, render_run_summary, summarize_run
 from cudal1.schema import Task
 from cudal1.search.optimize import CONFIG_FILE, SUMMARY_FILE, OptimizeError, load_run_tasks, optimize
-
-
-class ProgressView:
-    """Turns loop events into progress: a bar per task with its live best on a terminal, a line
-    per finished evaluation and per finished task anywhere else (``cli.progress``)."""
-
-    def __init__(self, progress: ProgressReporter) -> None:
-        self.progress = progress
-        self.bars: dict[str, TaskID] = {}
-
-    def __call__(self, kind: str, payload: dict[str, Any]) -> None:
-        task = payload.get("task", "")
-        if kind == "run_start":
-            for name, plan in payload["tasks"].items():
-                self.bars[name] = self.progress.bar(name, total=plan["total"], completed=plan["done"])
-        elif kind == "evaluated" and task in self.bars:
-            line = evaluation_line(
-                task,
-                payload["label"],
-                ok=payload["ok"],
-                speedup=payload.get("speedup"),
-                ci_low=payload.get("ci_low"),
-                ci_high=payload.get("ci_high"),
-                error=payload.get("error"),
-            )
-            self.progress.advance(self.bars[task], line, n=0)
-            best = payload.get("best_speedup")
-            status = (
-                f"best {best:.3f}x ({payload.get('best_label')})" if best is not None else "none correct yet"
-            )
-            self.progress.update(self.bars[task], completed=payload["done"], status=status)
-        elif kind == "parse_failed" and task in self.bars:
-            line = f"{task} round {payload['round']}: reply without usable code: {payload.get('error')}"
-            self.progress.advance(self.bars[task], line, n=0)
-            self.progress.update(self.bars[task], completed=payload["done"])
-        elif kind == "stopped":
-            self.progress.note(f"budget {payload['reason']} reached: finishing what is under way")
-        elif kind == "final" and task in self.bars:
-            line = task_line(
-                task,
-                faster=payload["faster"],
-                label=payload.get("label"),
-                speedup=payload.get("speedup"),
-                ci_low=payload.get("ci_low"),
-                ci_high=payload.get("ci_high"),
-            )
-            self.progress.update(self.bars[task], status=line.partition(" done: ")[2])
-            self.progress.note(line)
 
 
 def optimize_command(

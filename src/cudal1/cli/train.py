@@ -2,9 +2,10 @@
 directory (config, logs, checkpoints, ``model/``), each resumable.
 
 The stages need the ``[train]`` extra (trl, peft, datasets); they are imported when a stage
-runs, so that the rest of the command line works without it. Each stage prints TRL's metrics
-once per logged step and logs a line per evaluation (``-v``); TensorBoard logs go under
-``OUT/checkpoints/runs``.
+runs, so that the rest of the command line works without it. Progress (``cli.progress``): a bar
+per stage (per round's fine-tuning for selfsup) on a terminal, a line per logged optimizer step
+with its loss (and reward, for GRPO) anywhere else; ``-v`` logs a line per evaluation;
+TensorBoard logs go under ``OUT/checkpoints/runs``.
 
 Exit codes (``cli.common``): 0 the stage finished, 2 bad input (model, data, tasks, config, a
 missing extra), 130 interrupted (continue with ``--resume``).
@@ -31,6 +32,7 @@ from cudal1.cli.common import (
     setup_logging,
     size_for,
 )
+from cudal1.cli.progress import ProgressReporter, TrainingView
 from cudal1.config import GRPOStageConfig, SelfSupConfig, SFTStageConfig
 
 train_app = typer.Typer(
@@ -61,11 +63,13 @@ def _stage(name: str) -> ModuleType:
 
 
 def _run(call: Any, out: Path) -> None:
-    """Run a stage: SIGTERM unwinds like Ctrl-C; a stage's own errors are bad input."""
+    """Run a stage with progress (``call(progress)``): SIGTERM unwinds like Ctrl-C; a stage's own
+    errors are bad input."""
     signal.signal(signal.SIGTERM, _interrupt)
     errors = _stage("models").TrainError
     try:
-        model = call()
+        with ProgressReporter() as reporter:
+            model = call(TrainingView(reporter))
     except errors as exc:
         raise bad_input(str(exc)) from None
     except KeyboardInterrupt:
@@ -101,7 +105,7 @@ def sft_command(
     setup_logging(verbose)
     cfg = resolve_config(SFTStageConfig, _config_file(config, out, True), set_)
     sft = _stage("sft")
-    _run(lambda: sft.run_sft(model, data, out, cfg), out)
+    _run(lambda progress: sft.run_sft(model, data, out, cfg, progress=progress), out)
 
 
 @train_app.command("selfsup")
@@ -125,7 +129,10 @@ def selfsup_command(
     cfg = resolve_config(SelfSupConfig, _config_file(config, out, resume), set_, flags)
     task_list = load_task_set(tasks, size_for(cfg.size, cfg.eval.device))
     selfsup = _stage("selfsup")
-    _run(lambda: selfsup.run_selfsup(model, task_list, out, cfg, resume=resume), out)
+    _run(
+        lambda progress: selfsup.run_selfsup(model, task_list, out, cfg, resume=resume, progress=progress),
+        out,
+    )
 
 
 @train_app.command("grpo")
@@ -162,4 +169,4 @@ def grpo_command(
     cfg = resolve_config(GRPOStageConfig, _config_file(config, out, resume), set_, flags)
     task_list = load_task_set(tasks, size_for(cfg.size, cfg.eval.device))
     grpo = _stage("grpo")
-    _run(lambda: grpo.run_grpo(model, task_list, out, cfg, resume=resume), out)
+    _run(lambda progress: grpo.run_grpo(model, task_list, out, cfg, resume=resume, progress=progress), out)

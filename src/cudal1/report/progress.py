@@ -41,3 +41,22 @@ def task_line(
         return f"{task} done: no correct variant; keeping the reference"
     tried = f" (best tried: {measured or label + ' not ok'})" if label != "reference" else ""
     return f"{task} done: no faster variant found{tried}; keeping the reference"
+
+
+# What a step line shows of a trainer's logged metrics, in this order, when present: the loss;
+# GRPO's mean reward and its cudal1 rates; SFT's token accuracy.
+_STEP_METRICS = (
+    ("loss", "loss"),
+    ("reward", "reward"),
+    ("cudal1/success_rate", "success"),
+    ("cudal1/speedup_mean", "speedup"),
+    ("mean_token_accuracy", "token accuracy"),
+)
+
+
+def step_line(phase: str, step: int, total: int, metrics: dict[str, float]) -> str:
+    """A logged training step, e.g. ``grpo step 3/30: loss 0.012, reward -0.102, success 0.96``."""
+    shown = [
+        f"{name} {float(metrics[key]):.3g}" for key, name in _STEP_METRICS if metrics.get(key) is not None
+    ]
+    return f"{phase} step {step}/{total}" + (": " + ", ".join(shown) if shown else "")

@@ -47,10 +47,12 @@ from cudal1.train.auditing import RewardAuditor, make_judge
 from cudal1.train.evaluation import evaluate_rows, seed_tasks
 from cudal1.train.models import (
     MODEL_DIR,
+    ProgressCallback,
     TrainError,
     last_checkpoint,
     load_policy,
     lora_config,
+    progress_callbacks,
     save_policy,
     trainer_arguments,
     training_device,
@@ -143,10 +145,12 @@ def run_grpo(
     *,
     resume: bool = False,
     judge: Any = None,
+    progress: ProgressCallback | None = None,
 ) -> Path:
     """Train ``model_path`` with contrastive GRPO on ``tasks``; returns ``out/model``.
 
-    ``judge`` overrides ``config.audit.judge`` (tests inject a ``ScriptedJudge``).
+    ``judge`` overrides ``config.audit.judge`` (tests inject a ``ScriptedJudge``); ``progress``
+    gets a "step" event per logged step.
     """
     out = Path(out)
     if out.is_dir() and any(out.iterdir()) and not resume:
@@ -194,7 +198,7 @@ def run_grpo(
             train_dataset=live_prompts(db, tasks, config),
             processing_class=tokenizer,
             peft_config=lora_config(config.lora),
-            callbacks=[PhaseCallback(gate)],
+            callbacks=[PhaseCallback(gate), *progress_callbacks(progress, "grpo")],
         )
         checkpoint = last_checkpoint(out) if resume else None
         log.info("GRPO from %s%s", model_path, f", resuming from {checkpoint.name}" if checkpoint else "")

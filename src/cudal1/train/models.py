@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from peft import LoraConfig, PeftModel
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    TrainerCallback,
+)
 
 from cudal1.config import LoraSettings, OptimSettings
 
@@ -34,6 +41,31 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 class TrainError(Exception):
     """A stage that cannot start as asked (missing model, data or run directory)."""
+
+
+# (kind, payload) events of a stage, as ``collect`` and the search loop report theirs: "step"
+# (``phase``, ``step``, ``max_steps``, ``metrics``: what the trainer logged) and, from the
+# self-supervised stage, "round_judged" (``round``, ``samples``, ``kept``).
+ProgressCallback = Callable[[str, dict[str, Any]], None]
+
+
+class StepProgress(TrainerCallback):
+    """Each logged optimizer step of a trainer as a "step" event (the CLI's progress bar or line)."""
+
+    def __init__(self, progress: ProgressCallback, phase: str) -> None:
+        self.progress, self.phase = progress, phase
+
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
+    ) -> None:
+        if not logs or "train_runtime" in logs:  # the closing summary is no step
+            return
+        payload = {"phase": self.phase, "step": state.global_step, "max_steps": state.max_steps}
+        self.progress("step", {**payload, "metrics": dict(logs)})
+
+
+def progress_callbacks(progress: ProgressCallback | None, phase: str) -> list[TrainerCallback]:
+    return [] if progress is None else [StepProgress(progress, phase)]
 
 
 def training_device(device: str) -> str:

@@ -35,16 +35,23 @@ from cudal1.search.optimize import DB_FILE, remember_tasks, run_log
 from cudal1.search.prompts import prompt_hash, render_generation_prompt
 from cudal1.train.datasets import Verified, is_verified, sft_row
 from cudal1.train.evaluation import evaluate_rows
-from cudal1.train.models import MODEL_DIR, TrainError
+from cudal1.train.models import MODEL_DIR, ProgressCallback, TrainError
 from cudal1.train.sft import fine_tune
 
 log = logging.getLogger(__name__)
 
 
 def run_selfsup(
-    model_path: Path, tasks: Sequence[Task], out: Path, config: SelfSupConfig, *, resume: bool = False
+    model_path: Path,
+    tasks: Sequence[Task],
+    out: Path,
+    config: SelfSupConfig,
+    *,
+    resume: bool = False,
+    progress: ProgressCallback | None = None,
 ) -> Path:
-    """Run ``config.rounds`` rounds from ``model_path``; returns ``out/model``."""
+    """Run ``config.rounds`` rounds from ``model_path``; returns ``out/model``. ``progress`` gets
+    a "round_judged" event per round and a "step" event per logged step of its fine-tuning."""
     out = Path(out)
     if out.is_dir() and any(out.iterdir()) and not resume:
         raise TrainError(f"{out} exists and is not empty: pass --resume to continue that run")
@@ -65,7 +72,7 @@ def run_selfsup(
             if (saved / "config.json").is_file():
                 current = saved
                 continue
-            current = _round(db, pool, tasks, config, r, current, out, run_id)
+            current = _round(db, pool, tasks, config, r, current, out, run_id, progress)
     final = out / MODEL_DIR
     if final.exists():
         shutil.rmtree(final)
@@ -82,6 +89,7 @@ def _round(
     model: Path,
     out: Path,
     run_id: int,
+    progress: ProgressCallback | None = None,
 ) -> Path:
     """One round: sample (unless stored), evaluate, train on what passed; returns the new model."""
     by_name = {t.name: t for t in tasks}
@@ -104,6 +112,8 @@ def _round(
         samples,
         100 * rate,
     )
+    if progress is not None:
+        progress("round_judged", {"round": r, "samples": samples, "kept": len(kept)})
     if not kept:
         log.warning("round %d kept nothing; the model is unchanged", r)
         return model
@@ -116,6 +126,8 @@ def _round(
         lora=config.lora,
         max_length=config.max_length,
         device=config.device,
+        progress=progress,
+        phase=f"selfsup round {r}",
     )
 
 

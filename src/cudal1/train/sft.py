@@ -20,10 +20,12 @@ from cudal1.config import LoraSettings, OptimSettings, SFTStageConfig, dump_conf
 from cudal1.search.optimize import run_log
 from cudal1.train.models import (
     MODEL_DIR,
+    ProgressCallback,
     TrainError,
     last_checkpoint,
     load_policy,
     lora_config,
+    progress_callbacks,
     save_policy,
     trainer_arguments,
     training_device,
@@ -60,16 +62,23 @@ def fine_tune(
     lora: LoraSettings,
     max_length: int,
     device: str,
+    progress: ProgressCallback | None = None,
+    phase: str = "sft",
 ) -> Path:
     """Train on ``rows`` from ``model_path``; resumes from ``out``'s newest checkpoint; returns
-    the saved model directory ``out/model``."""
+    the saved model directory ``out/model``. ``progress`` gets a "step" event per logged step."""
     device = training_device(device)
     args = SFTConfig(
         **trainer_arguments(optim, out, device), max_length=max_length, completion_only_loss=True
     )
     model, tokenizer = load_policy(model_path, bf16=bool(args.bf16))
     trainer = SFTTrainer(
-        model=model, args=args, train_dataset=rows, processing_class=tokenizer, peft_config=lora_config(lora)
+        model=model,
+        args=args,
+        train_dataset=rows,
+        processing_class=tokenizer,
+        peft_config=lora_config(lora),
+        callbacks=progress_callbacks(progress, phase),
     )
     if len(trainer.train_dataset) == 0:  # type: ignore[arg-type]
         raise TrainError(f"no row keeps a completion token within max_length={max_length}; raise it")
@@ -85,7 +94,14 @@ def fine_tune(
     return save_policy(trainer.model, tokenizer, Path(out) / MODEL_DIR)
 
 
-def run_sft(model_path: Path, data_dir: Path, out: Path, config: SFTStageConfig) -> Path:
+def run_sft(
+    model_path: Path,
+    data_dir: Path,
+    out: Path,
+    config: SFTStageConfig,
+    *,
+    progress: ProgressCallback | None = None,
+) -> Path:
     """``cudal1 train sft``: the train split of ``data_dir``, saved with its config in ``out``."""
     rows = load_rows(data_dir)
     out = Path(out)
@@ -100,4 +116,5 @@ def run_sft(model_path: Path, data_dir: Path, out: Path, config: SFTStageConfig)
             lora=config.lora,
             max_length=config.max_length,
             device=config.device,
+            progress=progress,
         )
