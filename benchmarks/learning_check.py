@@ -2,7 +2,7 @@
 
     python benchmarks/learning_check.py --stage prepare   # baselines, tiny policy, SFT (a few minutes on an H100)
     python benchmarks/learning_check.py --stage grpo      # GRPO, then the table (30 steps)
-    python benchmarks/learning_check.py --device cpu --tasks 3 --steps 12   # the same on a CPU
+    python benchmarks/learning_check.py --device cpu --tasks 3 --steps 20   # all of it on a CPU (6 min)
 
 prepare: the built-in proposer's baselines of a few bundled tasks are evaluated (``optimize``
 with no LLM); a tiny random policy (``tiny_policy.py``) is fine-tuned on the verified ones
