@@ -139,7 +139,8 @@ class Timing:
     """Paired timing of reference and candidate; raw samples kept, statistics derived.
 
     Times are per call in milliseconds. ``*_ms`` come from inside each worker (CUDA events on a
-    GPU, the worker's clock on CPU); ``*_wall_ms`` from the trusted evaluator's own clock.
+    GPU, with the launches queued ahead of the GPU, so the host's launch time is outside them;
+    the worker's clock on CPU); ``*_wall_ms`` from the trusted evaluator's own clock.
     """
 
     device: str
@@ -153,6 +154,10 @@ class Timing:
     ci_high: float
     wall_speedup: float  # the same statistic from the trusted clock
     stop_reason: str
+    # The same statistic with the host's launch time inside (a short lead, so the GPU waits for
+    # the host where calls are launch-bound), from a few extra samples; None where not measured.
+    launch_speedup: float | None = None
+    host_behind: int = 0  # samples whose launches the host could not queue ahead of the GPU
 
     @property
     def ref_median_ms(self) -> float:

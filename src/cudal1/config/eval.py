@@ -70,6 +70,16 @@ class TimingConfig(StrictConfig):
         description="stop the pool's other candidate workers (imports, builds, __init__ GPU work) "
         "while a pair is sampled, so load cannot slow one side at random",
     )
+    host_ahead: bool = Field(
+        True,
+        description="queue each sample's calls behind a GPU spin long enough for the host to launch "
+        "them all, so the speedup is the GPU's time alone (two processes launch at speeds up to 5% "
+        "apart); the launch-inclusive figure is measured beside it",
+    )
+    max_lead_ms: float = Field(25.0, gt=0, description="the spin ahead of a sample lasts at most this long")
+    launch_samples: int = Field(
+        10, ge=0, description="extra paired samples with the short lead only: the launch-inclusive speedup"
+    )
     bootstrap_resamples: int = Field(2000, ge=100)
     check_output_fraction: float = Field(
         0.05, ge=0, le=1, description="chance that a timed sample's output is fetched and compared"

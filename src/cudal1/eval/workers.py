@@ -107,6 +107,7 @@ class WorkerEndpoint:
     def __init__(self, process: WorkerProcess) -> None:
         self.process = process
         self._rtt: float | None = None
+        self.host_ahead = True  # of the last timed sample (the worker's word; see paired.py)
 
     def warmup(self, min_calls: int, min_ms: float) -> tuple[int, float]:
         r = self.process.request(Command.WARMUP, min_calls=min_calls, min_ms=min_ms)
@@ -125,11 +126,13 @@ class WorkerEndpoint:
     def prepare(self) -> None:
         self.process.request(Command.PREPARE)
 
-    def start(self, calls: int, first_set: int) -> None:
-        self.process.send(Command.TIME, calls=calls, start=first_set)
+    def start(self, calls: int, first_set: int, lead_us: float | None = None) -> None:
+        self.process.send(Command.TIME, calls=calls, start=first_set, lead_us=lead_us)
 
     def finish(self) -> float:
-        ms = float(self.process.receive(Command.TIME)["ms"])
+        reply = self.process.receive(Command.TIME)
+        self.host_ahead = bool(reply.get("ahead", True))
+        ms = float(reply["ms"])
         if not math.isfinite(ms) or ms < 0:
             raise RemoteError(f"worker reported an impossible time {ms!r}", "")
         return ms

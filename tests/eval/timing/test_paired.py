@@ -39,6 +39,7 @@ class FakeEndpoint:
         self.calls = 0
         self.pending: tuple[float, list[int]] | None = None
         self.last_digests: list[int] = []
+        self.leads: list[float | None] = []
 
     def warmup(self, min_calls: int, min_ms: float) -> tuple[int, float]:
         n = max(min_calls, int(min_ms / self.call_ms) + 1)
@@ -51,7 +52,10 @@ class FakeEndpoint:
     def prepare(self) -> None:
         pass
 
-    def start(self, calls: int, first_set: int) -> None:
+    host_ahead = True
+
+    def start(self, calls: int, first_set: int, lead_us: float | None = None) -> None:
+        self.leads.append(lead_us)
         t = calls * self.call_ms * (1 + self.rng.uniform(-self.noise, self.noise))
         self.clock.now += (t + self.hidden_ms) / 1000  # hidden work: the trusted clock sees it
         self.calls += calls
@@ -71,7 +75,7 @@ def _refresh(sample: int, calls: int) -> int:
 
 
 def _cfg(**kw) -> TimingConfig:
-    base = dict(warmup_ms=1, min_samples=10, max_samples=400, budget_s=1e9, bootstrap_resamples=300)
+    base = dict(warmup_ms=1, min_samples=10, max_samples=400, budget_s=1e9, bootstrap_resamples=300, launch_samples=0)
     base.update(kw)
     return TimingConfig(**base)
 
@@ -309,3 +313,30 @@ def test_reproducibility_floor_widens_a_tight_interval_in_quadrature():
     assert wide.ci_low < 1.0 < wide.ci_high
     assert abs((wide.ci_high - wide.median) - math.hypot(0.001, 0.006 * 1.004)) < 1e-12
     assert stats.with_floor(tight, 0.0) == tight
+
+
+def test_launches_are_queued_ahead_and_the_launch_inclusive_figure_is_measured_beside():
+    """Each sample's spin covers the slower host's K calls (1.5 x its warm-up time per call); a
+    few extra pairs with only the short lead give the launch-inclusive speedup."""
+    clock = FakeClock()
+    ref, cand = FakeEndpoint(clock, 0.2), FakeEndpoint(clock, 0.1)
+    out = measure_paired(ref, cand, _cfg(max_samples=12, launch_samples=4, lead_us=100), lambda *a: None,
+                         _refresh, clock=clock)
+    k = out.calls_per_sample
+    main_lead = 100 + 1.5 * k * 0.2 * 1000
+    assert out.lead_us == pytest.approx(main_lead, rel=0.05)
+    leads = ref.leads
+    assert leads[-5:-1] == [100] * 4  # the launch-inclusive pairs, then the final checked pair
+    assert all(lead == pytest.approx(main_lead, rel=0.05) for lead in leads[:-5] + leads[-1:])
+    assert out.launch_estimate is not None and out.launch_estimate.median == pytest.approx(2.0, rel=0.01)
+    assert out.host_behind == 0
+
+
+def test_a_host_that_falls_behind_doubles_the_lead_and_is_counted():
+    clock = FakeClock()
+    ref, cand = FakeEndpoint(clock, 1.0), FakeEndpoint(clock, 1.0)
+    cand.host_ahead = False
+    out = measure_paired(ref, cand, _cfg(max_samples=5, min_samples=5), lambda *a: None, _refresh, clock=clock)
+    assert out.host_behind == 5
+    assert out.lead_us is not None and ref.leads[1] == pytest.approx(2 * ref.leads[0])
+    assert out.lead_us <= 4 * 25.0 * 1000

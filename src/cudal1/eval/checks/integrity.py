@@ -420,6 +420,8 @@ def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tupl
         ci_high=est.ci_high,
         wall_speedup=out.wall_estimate.median,
         stop_reason=out.stop_reason,
+        launch_speedup=out.launch_estimate.median if out.launch_estimate else None,
+        host_behind=out.host_behind,
     )
     if out.failures:
         findings.append(

@@ -57,7 +57,8 @@ class WorkerServer:
         self.last_output: Any = None
         self.last_inputs: list[Any] = []  # of the last timed call
         self.flush_buffer: torch.Tensor | None = None
-        self.lead_cycles = 0
+        self.lead_cycles = 0  # the default lead (lead_us of set_timing_inputs), in spin cycles
+        self.cycles_per_us = 0.0
         self.slots: dict[str, Any] = {}  # probe models beside the main one
 
     def handlers(self) -> dict[Command, Handler]:
@@ -168,7 +169,8 @@ class WorkerServer:
         self.warm_sets = self.timing_sets = [self.inputs[k] for k in keys]
         if self.device.type == "cuda" and flush_bytes > 0:
             self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=self.device)
-        self.lead_cycles = _spin_cycles(self.device, lead_us) if lead_us > 0 else 0
+        self.cycles_per_us = _spin_cycles(self.device, 1000.0) / 1000.0 if self.device.type == "cuda" else 0.0
+        self.lead_cycles = int(self.cycles_per_us * lead_us)
         return {"lead_cycles": self.lead_cycles}
 
     def before_timing(self, keys: list[str]) -> None:
@@ -216,9 +218,14 @@ class WorkerServer:
         sync(self.device)
         return {}
 
-    def time(self, calls: int, start: int) -> dict[str, Any]:
+    def time(self, calls: int, start: int, lead_us: float | None = None) -> dict[str, Any]:
+        """K calls back to back. On a GPU, behind a spin of ``lead_us`` (default: the one set with
+        the inputs) long enough that the host queues all K calls before the GPU reaches them: the
+        events then time the GPU's work alone. ``ahead`` says whether the host made it (the spin
+        was still running when the last call was queued); if not, its launch time leaked in."""
         sets, n = self.timing_sets, len(self.timing_sets)
-        out = None
+        out, ahead = None, True
+        cycles = self.lead_cycles if lead_us is None else int(self.cycles_per_us * lead_us)
         gc.disable()  # no collector pauses inside the timed window (for either side)
         with torch.no_grad():
             if self.device.type == "cuda":
@@ -229,12 +236,13 @@ class WorkerServer:
                 # spin hides at most lead_us of host time per sample; the trusted wall clock sees all.
                 if self.flush_buffer is not None:
                     self.flush_buffer.zero_()
-                if self.lead_cycles:
-                    torch.cuda._sleep(self.lead_cycles)
+                if cycles:
+                    torch.cuda._sleep(cycles)
                 begin.record()
                 for j in range(calls):
                     out = self.model(*sets[(start + j) % n])
                 end.record()
+                ahead = not begin.query()
                 torch.cuda.synchronize()  # device-wide: work on any stream finishes before we reply
                 ms = begin.elapsed_time(end)
             else:
@@ -244,7 +252,7 @@ class WorkerServer:
                 ms = (time.perf_counter() - t0) * 1000
         gc.enable()
         self.last_output, self.last_inputs = out, sets[(start + calls - 1) % n]
-        return {"ms": ms}  # the digest follows once the trusted clock has stopped (see serve)
+        return {"ms": ms, "ahead": ahead}  # the digest follows once the trusted clock has stopped (serve)
 
     def forget(self, keys: list[str], slots: list[str] | None = None) -> dict[str, Any]:
         for key in keys:

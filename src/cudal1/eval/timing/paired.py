@@ -14,9 +14,17 @@ when fetched later cannot match it.
 
 What the speedup means: the median over paired samples of the reference's time per call over
 the candidate's, each the steady-state time of K back-to-back calls on the worker's clock (CUDA
-events on the current stream). Host launch cost is inside it only where the GPU waits for the
-host (launch-bound calls); the trusted wall clock's ratio, which includes it and the per-sample
-synchronisation, is kept beside it as ``wall_speedup``.
+events on the current stream), with the host's launches queued ahead of the GPU (``host_ahead``):
+a spin before the begin event lasts long enough for the host to launch all K calls, so the GPU
+runs them back to back and the host's launch time is outside the figure, as in nvbench's cold
+measurements and inside a larger model, where the host runs ahead. Two worker processes running
+the same code launch at speeds up to 5% apart, for as long as they live (H100, A-vs-A of
+launch-bound tasks: 0.97-1.05 between fresh processes on one CPU), so a launch-bound ratio with
+the host inside it is not reproducible to the precision goal. Beside it: ``launch_speedup`` from
+a few pairs with only the short lead (the host's launch time inside, where the GPU waits for
+it), and the trusted wall clock's ratio ``wall_speedup`` (the lead and the synchronisation
+inside, for hidden-work checks). A worker reports when its host fell behind the spin; the lead
+then doubles, and the count is kept (``host_behind``).
 
 What is not covered: with calls under ~15 us, K exceeds the 64 fresh sets a sample gets, so a
 set repeats within a sample and a cache keyed on its address or values hits for the repeats.
@@ -36,6 +44,8 @@ from typing import Any, Protocol
 from cudal1.config import TimingConfig
 from cudal1.eval.timing import stats
 
+_LEAD_CAP_MS = 25.0  # doubling stops at 4 x this
+
 
 class Endpoint(Protocol):
     """One side of a paired measurement (a worker, or a fake in tests)."""
@@ -43,7 +53,9 @@ class Endpoint(Protocol):
     def warmup(self, min_calls: int, min_ms: float) -> tuple[int, float]: ...
     def round_trip_ms(self) -> float: ...
     def prepare(self) -> None: ...
-    def start(self, calls: int, first_set: int) -> None: ...
+    host_ahead: bool  # whether the last sample's launches were all queued before the GPU got to them
+
+    def start(self, calls: int, first_set: int, lead_us: float | None = None) -> None: ...
     def finish(self) -> float: ...  # the worker's own time; the trusted clock stops on this reply
     def digests(self) -> list[Any]: ...  # of the last timed output, read after the clock stopped
 
@@ -67,6 +79,9 @@ class PairedOutcome:
     failures: list[str] = field(default_factory=list)
     stop_reason: str = ""
     sampling_s: float = 0.0  # time in timed pairs: what the budget counts (checks and refreshes not)
+    lead_us: float | None = None  # the spin ahead of each sample (None: the worker's default)
+    host_behind: int = 0  # samples where a side's host did not queue all its calls ahead
+    launch_estimate: stats.RatioEstimate | None = None  # with the launches on the clock
     estimate: stats.RatioEstimate = stats.RatioEstimate(math.nan, math.nan, math.nan)
     wall_estimate: stats.RatioEstimate = stats.RatioEstimate(math.nan, math.nan, math.nan)
 
@@ -92,9 +107,13 @@ def measure_paired(
     must not starve the measurement, and it stops no earlier than ``budget_min_samples``
     unless the whole stage has run ``3 x budget_s``."""
     rng = rng or random.Random()
-    k = _choose_calls(ref, cand, cfg, clock)
+    k, host_ms = _choose_calls(ref, cand, cfg, clock)
     rtt = {id(ref): ref.round_trip_ms(), id(cand): cand.round_trip_ms()}
     out = PairedOutcome(calls_per_sample=k)
+    if cfg.host_ahead:
+        # Long enough for the slower host to queue all K calls (its warm-up time per call, which
+        # includes the GPU's, so it errs long); doubled whenever a side reports it fell behind.
+        out.lead_us = cfg.lead_us + min(cfg.max_lead_ms, 1.5 * k * host_ms) * 1000
     started = clock()
     sample = 0
     while True:
@@ -112,9 +131,17 @@ def measure_paired(
     out.wall_estimate = stats.with_floor(
         _estimate(out.ref_wall_ms, out.cand_wall_ms, cfg), cfg.reproducibility_floor
     )
+    if not out.failures and cfg.host_ahead and cfg.launch_samples:
+        # The other figure: a few pairs with the short lead only, where the GPU waits for the
+        # host of a launch-bound call (what the speedup was before host_ahead).
+        launch = PairedOutcome(k, lead_us=cfg.lead_us)
+        for extra in range(cfg.launch_samples):
+            _sample(launch, ref, cand, rtt, refresh(sample + 1 + extra, k), rng, clock)
+        sample += cfg.launch_samples
+        out.launch_estimate = _estimate(launch.ref_ms, launch.cand_ms, cfg, resamples=200)
     if not out.failures:
         # One more pair whose output is certainly checked, after all the samples (not recorded).
-        digests = _sample(PairedOutcome(k), ref, cand, rtt, refresh(sample, k), rng, clock)
+        digests = _sample(PairedOutcome(k, lead_us=out.lead_us), ref, cand, rtt, refresh(sample, k), rng, clock)
         _check(out, check, sample, digests)
     return out
 
@@ -134,12 +161,14 @@ def _sample(
     order = [(ref, False), (cand, True)]
     rng.shuffle(order)
     cand_digests: list[Any] = []
+    behind = False
     for side, is_cand in order:
         side.prepare()
         t0 = clock()
-        side.start(out.calls_per_sample, first_set)
+        side.start(out.calls_per_sample, first_set, out.lead_us)
         worker_ms = side.finish()
         t1 = clock()
+        behind = behind or not getattr(side, "host_ahead", True)
         wall = (t1 - t0) * 1000 - rtt[id(side)]
         out.sampling_s += t1 - t0
         k = out.calls_per_sample
@@ -148,6 +177,9 @@ def _sample(
         digests = side.digests()
         if is_cand:
             cand_digests = digests
+    if behind and out.lead_us is not None:
+        out.host_behind += 1
+        out.lead_us = min(2 * out.lead_us, 4000 * _LEAD_CAP_MS)
     return cand_digests
 
 
@@ -175,17 +207,19 @@ def _stop_reason(out: PairedOutcome, sample: int, cfg: TimingConfig, elapsed_s: 
     return None
 
 
-def _choose_calls(ref: Endpoint, cand: Endpoint, cfg: TimingConfig, clock: Callable[[], float]) -> int:
-    """Warm both sides by count and by time, then pick K from the trusted per-call estimate."""
+def _choose_calls(
+    ref: Endpoint, cand: Endpoint, cfg: TimingConfig, clock: Callable[[], float]
+) -> tuple[int, float]:
+    """Warm both sides by count and by time, then pick K from the trusted per-call estimate.
+    Also returns the slower side's per-call estimate (the host time that the lead must cover)."""
     estimates = []
     for side in (ref, cand):
         t0 = clock()
         calls, _ = side.warmup(cfg.warmup_calls, cfg.warmup_ms)
         wall_ms = (clock() - t0) * 1000 - side.round_trip_ms()
         estimates.append(max(wall_ms, 1e-6) / max(calls, 1))
-    return stats.calls_per_sample(
-        min(estimates), cfg.tiny_call_ms, cfg.sample_target_ms, cfg.max_calls_per_sample
-    )
+    k = stats.calls_per_sample(min(estimates), cfg.tiny_call_ms, cfg.sample_target_ms, cfg.max_calls_per_sample)
+    return k, max(estimates)
 
 
 def _should_check(sample: int, checked: int, cfg: TimingConfig, rng: random.Random) -> bool:

@@ -1,0 +1,137 @@
+"""Which kind of worker process times slower? A-vs-A pairs outside the evaluator, one variable at a time.
+
+    python benchmarks/pair_asymmetry.py [--tasks lb_mlp3 2_conv_block 1_gemm] [--samples 400]
+
+Each row times the task's own code in two worker processes with the evaluator's paired timing
+(``measure_paired``: fresh inputs per sample, random order, both sides pinned to one CPU) and
+prints the median of ref/cand ratios. Side B is always a fresh candidate-kind worker running the
+task as ``ModelNew``; side A varies: another candidate-kind worker (the control), a reference
+worker built as the pool builds it, and reference workers with one of its steps left out. A row
+away from 1.000 where the control is at 1.000 names the step that slows one side's launches.
+Needs a GPU; prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_candidates import launch_bound_tasks, self_candidate  # noqa: E402
+
+from cudal1.config import SandboxConfig, TimingConfig  # noqa: E402
+from cudal1.eval.process.protocol import Command, Role  # noqa: E402
+from cudal1.eval.process.sandbox import WorkerProcess  # noqa: E402
+from cudal1.eval.reference_process import ENTRY as REFERENCE_ENTRY  # noqa: E402
+from cudal1.eval.timing.paired import measure_paired  # noqa: E402
+from cudal1.eval.workers import WorkerEndpoint  # noqa: E402
+from cudal1.schema import Task  # noqa: E402
+from cudal1.tasks import bundled_tasks  # noqa: E402
+
+console = Console()
+DEVICE = "cuda:0"
+# A reference worker whose TF32 setter does nothing (a module on PYTHONPATH, run with -m).
+NO_TF32_ENTRY = "cudal1_ref_no_tf32"
+_NO_TF32 = """
+import cudal1.eval.reference_process as r
+r._set_tf32 = lambda allowed: None
+r.main(r.ReferenceServer())
+"""
+VARIANTS = {
+    "candidate (control)": {},
+    "reference, plain": {"role": "reference"},
+    "reference + prewarm": {"role": "reference", "prewarm": True},
+    "reference + prewarm + float64 twin (pool)": {"role": "reference", "prewarm": True, "float64": True},
+    "reference, TF32 setter off": {"role": "reference", "entry": NO_TF32_ENTRY},
+}
+
+
+def start(task: Task, init_args: list[Any], cpu: int, extra_path: str, *, role: str = "candidate",
+          prewarm: bool = False, float64: bool = False, entry: str | None = None) -> WorkerProcess:
+    sandbox = SandboxConfig(call_timeout_s=120)
+    env = {"PYTHONPATH": os.pathsep.join([extra_path, str(Path(__file__).resolve().parents[1] / "src")])}
+    if role == "reference":
+        proc = WorkerProcess(sandbox, role=Role.REFERENCE, entry=entry or REFERENCE_ENTRY, extra_env=env)
+    else:
+        proc = WorkerProcess(sandbox, role=Role.CANDIDATE, extra_env=env)
+    proc.request(Command.LOAD_TASK, source=task.source, name=task.name, path=None)
+    if role == "reference":
+        if prewarm:
+            proc.request(Command.PREWARM)
+        proc.request(Command.BUILD, args=init_args, seed=1, device=DEVICE, slot="main", float64=float64)
+    else:
+        proc.request(Command.LOAD_CANDIDATE, source=self_candidate(task), env={})
+        proc.request(Command.BUILD, args=init_args, seed=1, device=DEVICE, slot="main")
+    keys = ["w0", "w1"]
+    for i, key in enumerate(keys):
+        proc.request(Command.MAKE_INPUTS, seed=100 + i, key=key)
+    proc.request(Command.SET_TIMING_INPUTS, keys=keys, flush_bytes=256 << 20, lead_us=100.0)
+    proc.pin({cpu})
+    return proc
+
+
+def pair(task: Task, variant: dict[str, Any], samples: int, cpu: int, extra_path: str) -> tuple[float, float, float, int]:
+    init_args = _init_args(task)
+    a = start(task, init_args, cpu, extra_path, **variant)
+    b = start(task, init_args, cpu, extra_path)
+    try:
+        def refresh(sample: int, calls: int) -> int:
+            counts = [p.request(Command.REFRESH_INPUTS, seed=10_000 + sample, count=min(calls, 64), max_bytes=1 << 30)["count"]
+                      for p in (a, b)]
+            return int(min(counts))
+
+        cfg = TimingConfig(min_samples=samples, max_samples=samples, budget_s=1e6, target_rel_ci=1e-9,
+                           max_output_checks=1, check_output_fraction=0.0, reproducibility_floor=0.0)
+        out = measure_paired(WorkerEndpoint(a), WorkerEndpoint(b), cfg, lambda s, d: None, refresh)
+        return out.estimate.median, out.estimate.ci_low, out.estimate.ci_high, out.calls_per_sample
+    finally:
+        a.close()
+        b.close()
+
+
+def _init_args(task: Task) -> list[Any]:
+    namespace: dict[str, Any] = {}
+    exec(compile(task.source, task.name, "exec"), namespace)  # trusted: a bundled task
+    torch.manual_seed(1)
+    return list(namespace["get_init_inputs"]())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", nargs="+", default=["lb_mlp3", "2_conv_block", "1_gemm"])
+    parser.add_argument("--samples", type=int, default=400)
+    parser.add_argument("--device", default="cuda:0", help="cuda:N, or cpu for a smoke test")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS), metavar="SIDE_A",
+                        help="which kinds of side A (default: all)")
+    args = parser.parse_args()
+    global DEVICE
+    DEVICE = args.device
+    size = "cpu" if args.device == "cpu" else "gpu"
+    tasks = {t.name: t for t in bundled_tasks(size)} | launch_bound_tasks()
+    extra = tempfile.mkdtemp(prefix="cudal1-asym-")
+    Path(extra, f"{NO_TF32_ENTRY}.py").write_text(_NO_TF32)
+    cpu = max(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, os.sched_getaffinity(0) - {cpu})
+    table = Table(title=f"A-vs-A by kind of side A ({args.samples} paired samples, both sides on CPU {cpu})")
+    for col in ("task", "side A", "K", "ratio A/B", "95% CI"):
+        table.add_column(col, justify="left" if col in ("task", "side A") else "right")
+    for name in args.tasks:
+        for label in args.variants:
+            variant = VARIANTS[label]
+            med, lo, hi, k = pair(tasks[name], variant, args.samples, cpu, extra)
+            console.print(f"{name:14s} {label:45s} K={k:3d} {med:.4f} [{lo:.4f}, {hi:.4f}]")
+            table.add_row(name, label, str(k), f"{med:.4f}", f"[{lo:.4f}, {hi:.4f}]")
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
