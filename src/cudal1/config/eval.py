@@ -78,7 +78,10 @@ class TimingConfig(StrictConfig):
     )
     max_lead_ms: float = Field(25.0, gt=0, description="the spin ahead of a sample lasts at most this long")
     launch_samples: int = Field(
-        10, ge=0, description="extra paired samples with the short lead only: the launch-inclusive speedup"
+        16,
+        ge=0,
+        description="extra paired samples with the short lead only: the launch-inclusive speedup, and "
+        "the samples the trusted clock is checked on (hidden work on another stream runs during a long lead)",
     )
     bootstrap_resamples: int = Field(2000, ge=100)
     check_output_fraction: float = Field(

@@ -340,3 +340,28 @@ def test_a_host_that_falls_behind_doubles_the_lead_and_is_counted():
     assert out.host_behind == 5
     assert out.lead_us is not None and ref.leads[1] == pytest.approx(2 * ref.leads[0])
     assert out.lead_us <= 4 * 25.0 * 1000
+
+
+class SideStreamEndpoint(FakeEndpoint):
+    """Work left on another stream: behind a long lead it runs while the GPU spins, where no
+    clock sees it; behind the short lead it runs after the timed calls, where the trusted one does."""
+
+    def start(self, calls: int, first_set: int, lead_us: float | None = None) -> None:
+        self.hidden_ms = 0.0 if lead_us is not None and lead_us > 1000 else 1.5 * calls
+        super().start(calls, first_set, lead_us)
+
+
+def test_hidden_work_that_a_long_lead_hides_is_caught_on_the_short_lead_pairs():
+    clock = FakeClock()
+    out = measure_paired(
+        FakeEndpoint(clock, 2.0),
+        SideStreamEndpoint(clock, 1.0),
+        _cfg(max_samples=30, launch_samples=12, lead_us=100),
+        lambda *a: None,
+        _refresh,
+        clock=clock,
+    )
+    assert out.lead_us is not None and out.lead_us > 1000
+    timing, findings = _timing_verdict(out, "cpu", 0.10)
+    assert [f.code for f in findings] == ["clock_disagreement"]
+    assert timing.speedup < 1.0  # the trusted clock's 2 ms against 2.5 ms counts, not the events' 2x

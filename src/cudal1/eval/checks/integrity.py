@@ -368,8 +368,12 @@ CLOCK_MIN_SAMPLES = 10
 def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tuple[Timing, list[Finding]]:
     findings: list[Finding] = []
     est = out.estimate
-    ref_gap, cand_gap = out.gap_ms()
-    cand_ms = stats.median(out.cand_ms)
+    # The clocks are compared on the short-lead pairs where there are any: behind a long lead (the
+    # launches queued ahead), work left on another stream runs while the GPU spins, before either
+    # clock starts (audit/cases/side_stream_unjoined.py read ~100x behind a 25 ms lead).
+    probe = out.launch if out.launch is not None and out.launch.ref_ms else out
+    ref_gap, cand_gap = probe.gap_ms()
+    cand_ms = stats.median(probe.cand_ms)
     # Hidden work (unsynchronised streams, threads, forged events) shows up as extra trusted wall
     # time on the candidate's side only; both sides pay the same fixed overheads. The host side
     # of a sample is noisy at sub-millisecond scale (on the H200, A-vs-A pairs differed by up to
@@ -378,12 +382,12 @@ def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tupl
     # candidate could make its own noisy on purpose.
     excesses = [
         (cw - ce) - (rw - re)
-        for cw, ce, rw, re in zip(out.cand_wall_ms, out.cand_ms, out.ref_wall_ms, out.ref_ms, strict=True)
+        for cw, ce, rw, re in zip(probe.cand_wall_ms, probe.cand_ms, probe.ref_wall_ms, probe.ref_ms, strict=True)
     ]
     # With few samples (only when calls are so slow that 3 x the budget ran out first) one noisy
     # sample must not decide: then every sample has to show the excess.
     excess = stats.median(excesses) if len(excesses) >= CLOCK_MIN_SAMPLES else min(excesses)
-    ref_gaps = [w - e for w, e in zip(out.ref_wall_ms, out.ref_ms, strict=True)]
+    ref_gaps = [w - e for w, e in zip(probe.ref_wall_ms, probe.ref_ms, strict=True)]
     noise = stats.median([abs(g - ref_gap) for g in ref_gaps])
     # The 0.02 ms floor is host jitter per sample, so per call it shrinks with K: a per-call floor
     # let a candidate forge any ratio for calls under ~25 us (audit/cases/worker_tamper_forged_time.py).
@@ -402,12 +406,12 @@ def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tupl
                     "cand_gap_ms": cand_gap,
                     "cand_worker_ms": cand_ms,
                     "worker_speedup": est.median,
-                    "wall_speedup": out.wall_estimate.median,
+                    "wall_speedup": probe.wall_estimate.median,
                 },
             )
         )
-        if out.wall_estimate.median < est.median:
-            est = out.wall_estimate
+        if probe.wall_estimate.median < est.median:
+            est = probe.wall_estimate
     timing = Timing(
         device=device,
         calls_per_sample=out.calls_per_sample,
@@ -418,7 +422,7 @@ def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tupl
         speedup=est.median,
         ci_low=est.ci_low,
         ci_high=est.ci_high,
-        wall_speedup=out.wall_estimate.median,
+        wall_speedup=probe.wall_estimate.median,
         stop_reason=out.stop_reason,
         launch_speedup=out.launch_estimate.median if out.launch_estimate else None,
         host_behind=out.host_behind,

@@ -82,6 +82,9 @@ class PairedOutcome:
     lead_us: float | None = None  # the spin ahead of each sample (None: the worker's default)
     host_behind: int = 0  # samples where a side's host did not queue all its calls ahead
     launch_estimate: stats.RatioEstimate | None = None  # with the launches on the clock
+    # The short-lead pairs themselves: the trusted clock is checked on them, since work a candidate
+    # hides on another stream runs during a long lead, where neither clock can see it.
+    launch: PairedOutcome | None = None
     estimate: stats.RatioEstimate = stats.RatioEstimate(math.nan, math.nan, math.nan)
     wall_estimate: stats.RatioEstimate = stats.RatioEstimate(math.nan, math.nan, math.nan)
 
@@ -138,7 +141,9 @@ def measure_paired(
         for extra in range(cfg.launch_samples):
             _sample(launch, ref, cand, rtt, refresh(sample + 1 + extra, k), rng, clock)
         sample += cfg.launch_samples
-        out.launch_estimate = _estimate(launch.ref_ms, launch.cand_ms, cfg, resamples=200)
+        launch.estimate = out.launch_estimate = _estimate(launch.ref_ms, launch.cand_ms, cfg, resamples=200)
+        launch.wall_estimate = _estimate(launch.ref_wall_ms, launch.cand_wall_ms, cfg, resamples=200)
+        out.launch = launch
     if not out.failures:
         # One more pair whose output is certainly checked, after all the samples (not recorded).
         digests = _sample(PairedOutcome(k, lead_us=out.lead_us), ref, cand, rtt, refresh(sample, k), rng, clock)
