@@ -16,13 +16,16 @@ import typer
 from rich.progress import TaskID
 
 from cudal1.cli.common import (
+    DEVICES_HELP,
     EXIT_INTERRUPTED,
     EXIT_OK,
     FORMAT_HELP,
+    POOL_HELP,
     OutputFormat,
     bad_input,
     err_console,
     load_task_set,
+    pool_values,
     print_result,
     resolve_config,
     setup_logging,
@@ -101,6 +104,8 @@ def optimize_command(
     samples: Annotated[int | None, typer.Option(help="samples per task per round")] = None,
     resume: Annotated[bool, typer.Option(help="continue the run in --out with its saved config")] = False,
     device: Annotated[str | None, typer.Option(help="auto | cpu | cuda | cuda:N")] = None,
+    devices: Annotated[str | None, typer.Option(help=DEVICES_HELP)] = None,
+    pool: Annotated[str | None, typer.Option(help=POOL_HELP)] = None,
     size: Annotated[Size | None, typer.Option(help="bundled task sizes (auto: by device)")] = None,
     suite: Annotated[
         Suite | None,
@@ -131,6 +136,7 @@ def optimize_command(
         "eval.device": device,
         "size": size,
         "suite": suite,
+        **pool_values(pool, devices),
     }
     cfg = resolve_config(OptimizeConfig, saved if resuming else config, set_, flags)
     if cfg.size == "auto":  # the quick suite's baselines depend on the device: settle it first

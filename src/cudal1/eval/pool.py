@@ -13,6 +13,11 @@ holding it through the build left the GPU idle most of the time.
 CPU placement: when the machine has cores to spare, each device's timed pair gets two cores of
 its own, and the pool's own threads and worker processes run on the rest. The pool pins only
 what it owns (its worker processes and its threads), never its caller's process.
+
+Several devices (``devices=["cuda:0", "cuda:1"]``): one timing lane per device (its lock, its
+memory gate, its reference workers), a request goes to the device with the fewest requests past
+compile, and builds share the CPU cores. ``Pool`` is the interface this pool and the Ray pool
+(``ray_pool``) share; ``pool_kinds.make_pool`` picks one from the config.
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ import os
 import queue
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
+from typing import Protocol, Self
 
 from cudal1.config import EvalConfig
 from cudal1.eval.admission import USABLE, DeviceGate, expected_need
@@ -80,14 +86,53 @@ class SparePool:
                 return
 
 
+class Pool(Protocol):
+    """What every caller of the evaluator holds: a local pool or a Ray pool. Results stream back
+    as they finish; a trusted-side failure comes back as a result marked ``evaluator_error``."""
+
+    @property
+    def devices(self) -> Sequence[str]:
+        """Devices of this machine the pool times on (none for a pool whose devices are remote)."""
+        ...
+
+    @property
+    def capacity(self) -> int:
+        """Evaluations worth keeping in flight: callers that throttle submissions use this."""
+        ...
+
+    def submit(self, request: EvalRequest) -> Future[EvalResult]: ...
+
+    def evaluate(self, task: Task, source: str) -> EvalResult: ...
+
+    def evaluate_many(self, requests: Iterable[EvalRequest]) -> Iterator[tuple[EvalRequest, EvalResult]]: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+WORKERS_PER_DEVICE = 2  # one candidate building while one is timed keeps a device busy
+
+
 class EvalPool:
     def __init__(
-        self, config: EvalConfig, *, workers: int = 2, spares: int = 1, devices: Iterable[str] = ()
+        self,
+        config: EvalConfig,
+        *,
+        workers: int | None = None,
+        spares: int = 1,
+        devices: Iterable[str] = (),
     ) -> None:
         self.config = config
         self.devices = list(devices) or [resolve_device(config.device)]
+        if len(set(self.devices)) != len(self.devices):
+            raise ValueError(f"devices {self.devices}: each device may be named once")
+        workers = workers or WORKERS_PER_DEVICE * len(self.devices)
         self._device_locks = {d: threading.Lock() for d in self.devices}
         self._assigned = dict.fromkeys(self.devices, 0)  # requests past compile, per device
+        self._timed = dict.fromkeys(self.devices, 0)  # evaluations that reached each device
         self._assign_lock = threading.Lock()
         self._timing_cpus, self._general_cpus = _split_cpus(self.devices)
         self._refs: OrderedDict[tuple[str, str], ReferenceWorker] = OrderedDict()
@@ -110,6 +155,15 @@ class EvalPool:
         self.build_cache: Path = config.build_cache or default_build_cache()
 
     # -- public ---------------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        return self._workers
+
+    def device_counts(self) -> dict[str, int]:
+        """Evaluations that reached each device so far (a balance check for several devices)."""
+        with self._assign_lock:
+            return dict(self._timed)
+
     def submit(self, request: EvalRequest) -> Future[EvalResult]:
         return self._executor.submit(self._run, request.task, request.source)
 
@@ -131,7 +185,7 @@ class EvalPool:
                 ref.close()
             self._refs.clear()
 
-    def __enter__(self) -> EvalPool:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -179,6 +233,7 @@ class EvalPool:
         ref = self._reference(task, device)
         try:
             ev.device = device
+            ev.environment["pool"] = {"kind": "local", "devices": len(self.devices)}
             if not ev.attach_reference(ref):
                 return
             gate = self._gate(device, ref)
@@ -194,6 +249,8 @@ class EvalPool:
             self._done_with(ref)
             with self._assign_lock:
                 self._assigned[device] -= 1
+                self._timed[device] += 1
+                ev.environment["pool"]["device_counts"] = dict(self._timed)
 
     def _check_and_time(self, ev: Evaluation, ref: ReferenceWorker, device: str) -> None:
         with self._device_locks[device], ref.lock:

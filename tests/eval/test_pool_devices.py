@@ -1,0 +1,42 @@
+"""A local pool over several devices, exercised on CPU: torch takes ``cpu:0`` and ``cpu:1`` as
+two names of the one CPU, which is enough for the pool's per-device machinery (a lock, a memory
+gate and reference workers per name, least-loaded assignment) to run as it does over GPUs."""
+
+from __future__ import annotations
+
+import pytest
+
+from cudal1.config import PoolConfig
+from cudal1.eval.pool import EvalPool
+from cudal1.eval.pool_kinds import make_pool
+from cudal1.schema import EvalRequest
+
+RIGHT = "        return torch.relu(self.lin(x))  # variant {i}"
+
+
+def test_two_devices_share_the_work_and_say_so(task, fast_config, candidate):
+    config = fast_config.model_copy(update={"time": False})
+    requests = [EvalRequest(task, candidate(RIGHT.format(i=i)), str(i)) for i in range(4)]
+    with EvalPool(config, spares=0, devices=["cpu:0", "cpu:1"]) as pool:
+        assert pool.capacity == 4  # two workers per device by default
+        results = dict(pool.evaluate_many(requests))
+        counts = pool.device_counts()
+    assert all(r.correct for r in results.values()), [r.error for r in results.values()]
+    assert {r.device for r in results.values()} == {"cpu:0", "cpu:1"}
+    assert sum(counts.values()) == 4 and min(counts.values()) >= 1
+    for result in results.values():
+        assert result.environment["pool"]["kind"] == "local"
+        assert result.environment["pool"]["devices"] == 2
+        assert sum(result.environment["pool"]["device_counts"].values()) <= 4
+
+
+def test_a_device_named_twice_is_an_error(fast_config):
+    with pytest.raises(ValueError, match="once"):
+        EvalPool(fast_config, devices=["cpu:0", "cpu:0"])
+
+
+def test_make_pool_caps_local_workers(fast_config):
+    with make_pool(fast_config, PoolConfig(spares=0), at_most=1) as pool:
+        assert pool.capacity == 1
+    with make_pool(fast_config, PoolConfig(workers=3, spares=0)) as pool:
+        assert pool.capacity == 3
