@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cudal1.config import PoolConfig
 from cudal1.eval.pool import EvalPool
-from cudal1.eval.pool_kinds import make_pool
 from cudal1.schema import EvalRequest
 
 RIGHT = "        return torch.relu(self.lin(x))  # variant {i}"
@@ -33,10 +31,3 @@ def test_two_devices_share_the_work_and_say_so(task, fast_config, candidate):
 def test_a_device_named_twice_is_an_error(fast_config):
     with pytest.raises(ValueError, match="once"):
         EvalPool(fast_config, devices=["cpu:0", "cpu:0"])
-
-
-def test_make_pool_caps_local_workers(fast_config):
-    with make_pool(fast_config, PoolConfig(spares=0), at_most=1) as pool:
-        assert pool.capacity == 1
-    with make_pool(fast_config, PoolConfig(workers=3, spares=0)) as pool:
-        assert pool.capacity == 3

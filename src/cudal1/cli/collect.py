@@ -30,6 +30,7 @@ from cudal1.cli.common import (
     size_for,
 )
 from cudal1.config import CollectConfig, Size
+from cudal1.eval.ray_pool import RayPoolError
 from cudal1.llm import LLMError
 from cudal1.search.optimize import CONFIG_FILE, OptimizeError, load_run_tasks
 from cudal1.train.collect import CollectError, collect
@@ -90,7 +91,7 @@ all of them with their provenance (model, prompt, tokens)."""
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         counts = collect(task_list, out, cfg, resume=resume, progress=print_event)
-    except (CollectError, LLMError) as exc:
+    except (CollectError, LLMError, RayPoolError) as exc:
         raise bad_input(str(exc)) from None
     except KeyboardInterrupt:
         err_console.print(

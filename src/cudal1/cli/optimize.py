@@ -33,6 +33,7 @@ from cudal1.cli.common import (
 )
 from cudal1.cli.progress import ProgressReporter
 from cudal1.config import OptimizeConfig, Size, Suite
+from cudal1.eval.ray_pool import RayPoolError
 from cudal1.llm import LLMError
 from cudal1.report.progress import evaluation_line, task_line
 from cudal1.report.runs import render_run_json, render_run_markdown, render_run_summary, summarize_run
@@ -149,7 +150,7 @@ def optimize_command(
     try:
         with ProgressReporter() as progress:
             record = optimize(task_list, out, cfg, resume=resume, progress=ProgressView(progress))
-    except (OptimizeError, LLMError) as exc:
+    except (OptimizeError, LLMError, RayPoolError) as exc:
         raise bad_input(str(exc)) from None
     except KeyboardInterrupt:
         err_console.print(

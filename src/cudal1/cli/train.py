@@ -36,6 +36,7 @@ from cudal1.cli.common import (
     size_for,
 )
 from cudal1.config import GRPOStageConfig, SelfSupConfig, SFTStageConfig
+from cudal1.eval.ray_pool import RayPoolError
 
 train_app = typer.Typer(
     help="Train a model to write faster kernels: sft (stage 1), selfsup (stage 2), grpo (stage 3).",
@@ -72,7 +73,7 @@ def _run(call: Any, out: Path) -> None:
     errors = _stage("models").TrainError
     try:
         model = call()
-    except errors as exc:
+    except (errors, RayPoolError) as exc:
         raise bad_input(str(exc)) from None
     except KeyboardInterrupt:
         err_console.print(

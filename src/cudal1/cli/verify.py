@@ -24,6 +24,7 @@ from cudal1.cli.common import (
 )
 from cudal1.cli.progress import ProgressReporter
 from cudal1.config import EvalConfig, PoolConfig, apply_overrides
+from cudal1.eval.ray_pool import RayPoolError
 from cudal1.report.verify import (
     progress_line,
     render_rows,
@@ -143,6 +144,8 @@ included); 2 for bad input.
         rows_log = rows_log_path(json_path) if json_path else None
         try:
             run_verify(run, pool=pool_cfg, rows_log=rows_log, deadline_s=deadline_s, on_row=on_row)
+        except RayPoolError as exc:
+            raise bad_input(str(exc)) from None
         finally:  # also when interrupted: the report says so ("complete": false)
             if json_path:
                 write_json(json_path, report_json(run))

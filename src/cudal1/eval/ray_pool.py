@@ -138,12 +138,14 @@ class RayPool:
             max_restarts=0,  # a lost actor is replaced here, where its requests are re-queued
             max_concurrency=self.settings.candidates_per_actor + 1,  # + ready() while it works
         )(DeviceActor)
-        self._capacity = actors * self.settings.candidates_per_actor
         self._cond = threading.Condition()
         self._queue: deque[_Job] = deque()
         self._running: dict[Any, tuple[_Job, _Actor]] = {}
-        self._actors = [self._start_actor(replaceable=False) for _ in range(actors)]
         self._closed = False
+        self._last_loss = ""
+        self._actors = [self._start_actor(replaceable=False) for _ in range(actors)]
+        self._await_first_actors()
+        self._capacity = len(self._actors) * self.settings.candidates_per_actor
         self._thread = threading.Thread(target=self._dispatch, name="cudal1-ray", daemon=True)
         self._thread.start()
 
@@ -205,6 +207,22 @@ class RayPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _await_first_actors(self) -> None:
+        """A cluster that cannot start an actor at all is a clear error here, not a run of
+        evaluator errors; actors still starting after ``start_timeout_s`` are given up."""
+        refs = [a.ready for a in self._actors]
+        done, _ = self._ray.wait(refs, num_returns=len(refs), timeout=self.settings.start_timeout_s)
+        for ref in done:
+            self._started(ref)
+        for actor in [a for a in self._actors if not a.up]:
+            log.warning("a Ray actor did not start in %.0f s: given up", self.settings.start_timeout_s)
+            self._actors.remove(actor)
+            self._kill(actor)
+        if not self._actors:
+            self._shutdown_ray()
+            why = self._last_loss or f"none was running after {self.settings.start_timeout_s:.0f} s"
+            raise RayPoolError(f"no Ray GPU actor could be started: {why[:1000]}")
 
     # -- the dispatcher thread ----------------------------------------------------------------
     def _dispatch(self) -> None:
@@ -303,6 +321,7 @@ class RayPool:
             return
         self._actors.remove(actor)
         self._kill(actor)
+        self._last_loss = reason
         log.warning("Ray actor lost: %s", reason[:500])
         if actor.replaceable and not self._closed:
             self._actors.append(self._start_actor(replaceable=False))
