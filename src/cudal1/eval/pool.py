@@ -124,7 +124,10 @@ class EvalPool:
         workers: int | None = None,
         spares: int = 1,
         devices: Iterable[str] = (),
+        cpus: Iterable[int] | None = None,
     ) -> None:
+        """``cpus``: the CPUs the pool places its work on (default: this process's affinity); a
+        Ray actor passes its share of a node that other actors' pools share."""
         self.config = config
         self.devices = list(devices) or [resolve_device(config.device)]
         if len(set(self.devices)) != len(self.devices):
@@ -134,7 +137,9 @@ class EvalPool:
         self._assigned = dict.fromkeys(self.devices, 0)  # requests past compile, per device
         self._timed = dict.fromkeys(self.devices, 0)  # evaluations that reached each device
         self._assign_lock = threading.Lock()
-        self._timing_cpus, self._general_cpus = _split_cpus(self.devices)
+        self._timing_cpus, self._general_cpus = _split_cpus(
+            self.devices, sorted(cpus) if cpus is not None else None
+        )
         self._refs: OrderedDict[tuple[str, str], ReferenceWorker] = OrderedDict()
         self._refs_lock = threading.Lock()
         # Idle reference workers kept warm at most (each holds a CUDA context): verify over 250
@@ -317,19 +322,38 @@ def _split_cpus(
     nvcc builds) runs on the remaining physical cores. A build on the sibling of one side's core
     slows that side's kernel launches alone: the suspected cause of launch-bound A-vs-A pairs
     reading 1.10x in a loaded batch (issue 10). Without SMT, a core is one logical CPU."""
-    cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
-    siblings = siblings or _siblings
-    cores: dict[int, list[int]] = {}  # first logical CPU of a physical core -> its logical CPUs
-    for cpu in cpus:
-        group = sorted(siblings(cpu) & set(cpus)) or [cpu]
-        cores.setdefault(group[0], group)
-    physical = sorted(cores.values())
+    physical = _physical_cores(cpus, siblings)
     if len(physical) < 2 * len(devices) + 1:
         return {}, None
     # From the end: CPU 0 takes most interrupts.
     pairs = {d: (physical[-1 - 2 * i][0], physical[-2 - 2 * i][0]) for i, d in enumerate(devices)}
     general = {cpu for core in physical[: len(physical) - 2 * len(devices)] for cpu in core}
     return pairs, general
+
+
+def cpu_share(
+    index: int, parts: int, cpus: list[int] | None = None, siblings: Callable[[int], set[int]] | None = None
+) -> set[int]:
+    """Share ``index`` of ``parts`` of the CPUs (default: this process's affinity), whole
+    physical cores each (SMT siblings stay together), so that pools sharing a node (one Ray actor
+    per GPU) neither time on nor build beside each other's cores. All of them when there are
+    fewer physical cores than parts."""
+    physical = _physical_cores(cpus, siblings)
+    size = len(physical) // max(parts, 1)
+    if size == 0:
+        return {cpu for core in physical for cpu in core}
+    return {cpu for core in physical[index % parts * size : (index % parts + 1) * size] for cpu in core}
+
+
+def _physical_cores(cpus: list[int] | None, siblings: Callable[[int], set[int]] | None) -> list[list[int]]:
+    """The logical CPUs of ``cpus`` (default: this process's affinity) grouped by physical core."""
+    cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
+    siblings = siblings or _siblings
+    cores: dict[int, list[int]] = {}  # first logical CPU of a physical core -> its logical CPUs
+    for cpu in cpus:
+        group = sorted(siblings(cpu) & set(cpus)) or [cpu]
+        cores.setdefault(group[0], group)
+    return sorted(cores.values())
 
 
 def _siblings(cpu: int) -> set[int]:

@@ -41,7 +41,7 @@ from typing import Any, Self
 
 from cudal1.config import EvalConfig, PoolConfig
 from cudal1.eval.evaluator import resolve_device
-from cudal1.eval.pool import EvalPool
+from cudal1.eval.pool import EvalPool, cpu_share
 from cudal1.schema import EvalRequest, EvalResult, Stage, StageRecord, Task, source_hash
 
 log = logging.getLogger(__name__)
@@ -75,13 +75,23 @@ class DeviceActor:
 
     def __init__(self, config: EvalConfig, workers: int, spares: int) -> None:
         ray = import_ray()
-        self.pool = EvalPool(config, workers=workers, spares=spares, devices=[actor_device(config.device)])
         context = ray.get_runtime_context()
-        self.where = {
-            "node": context.get_node_id(),
-            "actor": context.get_actor_id(),
-            "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-        }
+        node = context.get_node_id()
+        gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+        # The actors of a node's GPUs share its cores: each pool keeps to its own share, or every
+        # one of them would time on the same last two cores (``pool._split_cpus``).
+        gpus_on_node = next(
+            (int(n["Resources"].get("GPU", 1)) for n in ray.nodes() if n["NodeID"] == node and n["Alive"]), 1
+        )
+        index = int(gpu_ids[0]) if gpu_ids and gpu_ids[0].isdigit() else 0
+        self.pool = EvalPool(
+            config,
+            workers=workers,
+            spares=spares,
+            devices=[actor_device(config.device)],
+            cpus=cpu_share(index, gpus_on_node),
+        )
+        self.where = {"node": node, "actor": context.get_actor_id(), "gpu_ids": gpu_ids}
 
     def ready(self) -> dict[str, Any]:
         return self.where
