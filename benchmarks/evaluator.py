@@ -2,6 +2,7 @@
 
     python benchmarks/evaluator.py --part precision   # each bundled task against itself, 3 repeats
     python benchmarks/evaluator.py --part throughput  # >= 30 mixed candidates, cold then warm cache
+    python benchmarks/evaluator.py --part throughput --devices cuda:0,cuda:1 --workers 12  # two GPUs
 
 Precision goal (issue 2): the 95% interval contains 1.0, with half-width <= 1% for tasks of
 100 us or more and <= 3% below. Throughput goal: >= 600 candidates per GPU-hour with a warm
@@ -108,17 +109,21 @@ def throughput(args: argparse.Namespace) -> dict:
     cache = Path(tempfile.mkdtemp(prefix="cudal1-bench-cache-"))
     cfg = _config(args, f"build_cache={cache}")
     results = {}
-    table = Table(title=f"throughput: {len(batch)} candidates, {args.workers} workers, timing budget {args.budget_s}s")
-    for col in ("cache", "wall s", "candidates/GPU-hour", "ok", "failed", "compile s (sum)", "max compile s", "device s (sum)"):
+    devices = [d for d in args.devices.split(",") if d] if args.devices else []
+    gpus = max(len(devices), 1)
+    table = Table(title=f"throughput: {len(batch)} candidates, {args.workers} workers, "
+                  f"{', '.join(devices) or args.device}, timing budget {args.budget_s}s")
+    for col in ("cache", "wall s", "candidates/hour", "candidates/GPU-hour", "ok", "failed", "compile s (sum)", "max compile s", "device s (sum)"):
         table.add_column(col, justify="right")
     for phase in args.phases:
         start = time.perf_counter()
         outcomes = []
-        with EvalPool(cfg, workers=args.workers, spares=args.workers) as pool:
+        with EvalPool(cfg, workers=args.workers, spares=args.workers, devices=devices) as pool:
             for req, res in pool.evaluate_many(EvalRequest(tasks[t], src, label) for label, t, src in batch):
                 outcomes.append((req.request_id, res))
                 console.print(f"  {phase} {req.request_id}: {'ok' if res.ok else 'FAILED'} "
-                              f"compile {_stage_s(res, Stage.COMPILE):.1f}s")
+                              f"compile {_stage_s(res, Stage.COMPILE):.1f}s on {res.device}")
+            per_device = pool.device_counts()
         wall = time.perf_counter() - start
         compile_s = [_stage_s(r, Stage.COMPILE) for _, r in outcomes]
         # What holds the device: correctness and timing (ModelNew is built before the lock).
@@ -126,7 +131,9 @@ def throughput(args: argparse.Namespace) -> dict:
         ok = sum(r.ok for _, r in outcomes)
         results[phase] = {
             "wall_s": wall,
-            "per_gpu_hour": len(outcomes) / wall * 3600,
+            "per_hour": len(outcomes) / wall * 3600,
+            "per_gpu_hour": len(outcomes) / wall * 3600 / gpus,
+            "per_device": per_device,
             "ok": ok,
             "failed": {label: (r.failed_stage.value if r.failed_stage else "rejected") for label, r in outcomes if not r.ok},
             "compile_s_sum": sum(compile_s),
@@ -137,7 +144,9 @@ def throughput(args: argparse.Namespace) -> dict:
             [r.environment.get("device_s", {}) for _, r in outcomes]
         )
         console.print(f"  {phase}: " + _phase_line([{"device_s": phases}]))
-        table.add_row(phase, f"{wall:.1f}", f"{len(outcomes) / wall * 3600:.0f}", str(ok), str(len(outcomes) - ok),
+        console.print(f"  {phase}: evaluations per device {per_device}")
+        table.add_row(phase, f"{wall:.1f}", f"{len(outcomes) / wall * 3600:.0f}",
+                      f"{len(outcomes) / wall * 3600 / gpus:.0f}", str(ok), str(len(outcomes) - ok),
                       f"{sum(compile_s):.1f}", f"{max(compile_s):.1f}", f"{device_s:.1f}")
     console.print(table)
     console.print("expected failures (planted): " + json.dumps(results[args.phases[-1]]["failed"]))
@@ -193,6 +202,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--part", choices=["precision", "throughput", "all"], default="all")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--devices", help="throughput: several devices, e.g. cuda:0,cuda:1 (one timing lane each)")
     parser.add_argument("--size", choices=["gpu", "cpu"], default="gpu")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=6)

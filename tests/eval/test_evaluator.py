@@ -213,7 +213,7 @@ def test_pool_pins_its_own_threads_never_its_caller(task, fast_config, candidate
 
     caller = os.sched_getaffinity(0)
     general = {min(caller)}
-    monkeypatch.setattr(pool_module, "_split_cpus", lambda devices: (dict.fromkeys(devices, 0), general))
+    monkeypatch.setattr(pool_module, "_split_cpus", lambda devices, cpus=None: (dict.fromkeys(devices, 0), general))
     with EvalPool(fast_config, workers=1, spares=0) as pool:
         result = pool.evaluate(task, candidate(RIGHT_BODY))
         assert os.sched_getaffinity(0) == caller

@@ -16,18 +16,22 @@ from typing import Annotated, Any
 import typer
 
 from cudal1.cli.common import (
+    DEVICES_HELP,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    POOL_HELP,
     bad_input,
     console,
     err_console,
     load_task_set,
+    pool_values,
     resolve_config,
     setup_logging,
     size_for,
 )
 from cudal1.cli.progress import ProgressReporter, ProgressView
 from cudal1.config import CollectConfig, Size
+from cudal1.eval.ray_pool import RayPoolError
 from cudal1.llm import LLMError
 from cudal1.search.optimize import CONFIG_FILE, OptimizeError, load_run_tasks
 from cudal1.train.collect import CollectError, collect
@@ -48,6 +52,8 @@ def collect_command(
     samples: Annotated[int | None, typer.Option(help="samples per task per model")] = None,
     resume: Annotated[bool, typer.Option(help="continue the run in --out with its saved config")] = False,
     device: Annotated[str | None, typer.Option(help="auto | cpu | cuda | cuda:N")] = None,
+    devices: Annotated[str | None, typer.Option(help=DEVICES_HELP)] = None,
+    pool: Annotated[str | None, typer.Option(help=POOL_HELP)] = None,
     size: Annotated[Size | None, typer.Option(help="bundled task sizes (auto: by device)")] = None,
     config: Annotated[Path | None, typer.Option(help="YAML CollectConfig")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="config override, e.g. samples=8")] = None,
@@ -59,6 +65,7 @@ all of them with their provenance (model, prompt, tokens)."""
     saved = out / CONFIG_FILE
     resuming = resume and saved.is_file()
     flags: dict[str, Any] = {"samples": samples, "eval.device": device, "size": size}
+    flags.update(pool_values(pool, devices))
     if llm:
         flags["llms"] = [{"spec": spec} for spec in llm]
     cfg = resolve_config(CollectConfig, saved if resuming and config is None else config, set_, flags)
@@ -73,7 +80,7 @@ all of them with their provenance (model, prompt, tokens)."""
     try:
         with ProgressReporter() as progress:
             counts = collect(task_list, out, cfg, resume=resume, progress=ProgressView(progress))
-    except (CollectError, LLMError) as exc:
+    except (CollectError, LLMError, RayPoolError) as exc:
         raise bad_input(str(exc)) from None
     except KeyboardInterrupt:
         err_console.print(

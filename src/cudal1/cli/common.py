@@ -24,7 +24,7 @@ from rich.console import Console, RenderableType
 from rich.logging import RichHandler
 
 from cudal1.config import Size, Suite, load_config
-from cudal1.eval.evaluator import resolve_device
+from cudal1.eval.evaluator import resolve_device, visible_gpus
 from cudal1.schema import Task
 from cudal1.tasks import TaskError, bundled_tasks, load_tasks
 
@@ -37,6 +37,9 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_REJECTED, EXIT_INTERRUPTED = 0, 1, 2,
 # COLUMNS), GitHub Markdown, or JSON.
 OutputFormat = Literal["table", "md", "json"]
 FORMAT_HELP = "table (fitted to the terminal; 80 columns in a pipe) | md (Markdown) | json"
+
+DEVICES_HELP = "GPUs to evaluate on, one timing lane each: all | 0,1,... (cuda:N); default: --device's one"
+POOL_HELP = "local (this machine's devices) | ray (a Ray cluster's GPUs: RAY_ADDRESS or a new local one) | ray://HOST:PORT"
 
 C = TypeVar("C", bound=BaseModel)
 
@@ -65,6 +68,47 @@ def resolve_config(
         return load_config(model, path, overrides or [], values)
     except (ValueError, OSError) as exc:
         raise bad_input(f"config: {exc}") from None
+
+
+def parse_devices(spec: str, visible: int | None = None) -> tuple[str, ...]:
+    """``--devices``: ``all`` (every visible GPU) or a comma list of GPU indices (``cuda:N`` also
+    accepted), as ``cuda:N`` names; an index that is not visible, a repeat, or no CUDA at all is
+    bad input. ``visible``: the GPU count (default: asked of torch)."""
+    count = visible_gpus() if visible is None else visible
+    if count == 0:
+        raise bad_input(f"--devices {spec}: no CUDA GPU is visible (use --device cpu on this machine)")
+    if spec.strip() == "all":
+        return tuple(f"cuda:{i}" for i in range(count))
+    devices: list[str] = []
+    for item in (x.strip() for x in spec.split(",")):
+        index = item.removeprefix("cuda:")
+        if not index.isdigit():
+            raise bad_input(f"--devices {spec}: {item!r} is not a GPU index (expected all or e.g. 0,1)")
+        if int(index) >= count:
+            raise bad_input(f"--devices {spec}: GPU {index} is not visible ({count} GPU(s): 0..{count - 1})")
+        if f"cuda:{int(index)}" in devices:
+            raise bad_input(f"--devices {spec}: GPU {index} named twice")
+        devices.append(f"cuda:{int(index)}")
+    return tuple(devices)
+
+
+def pool_values(pool: str | None, devices: str | None) -> dict[str, Any]:
+    """``--pool`` and ``--devices`` as values of a config's ``pool`` section (None: not given)."""
+    key = "pool"
+    values: dict[str, Any] = {}
+    if pool is not None:
+        if pool == "local" or pool == "ray":
+            values[f"{key}.kind"] = pool
+        elif pool.startswith("ray://"):
+            values[f"{key}.kind"] = "ray"
+            values[f"{key}.ray.address"] = pool
+        else:
+            raise bad_input(f"--pool {pool}: expected local, ray or ray://HOST:PORT")
+    if devices is not None:
+        if values.get(f"{key}.kind") == "ray":
+            raise bad_input("--devices names this machine's GPUs; a Ray pool uses one actor per cluster GPU")
+        values[f"{key}.devices"] = parse_devices(devices)
+    return values
 
 
 def size_for(size: Size, device: str) -> Literal["gpu", "cpu"]:

@@ -15,13 +15,16 @@ from typing import Annotated, Any
 import typer
 
 from cudal1.cli.common import (
+    DEVICES_HELP,
     EXIT_INTERRUPTED,
     EXIT_OK,
     FORMAT_HELP,
+    POOL_HELP,
     OutputFormat,
     bad_input,
     err_console,
     load_task_set,
+    pool_values,
     print_result,
     resolve_config,
     setup_logging,
@@ -29,6 +32,7 @@ from cudal1.cli.common import (
 )
 from cudal1.cli.progress import ProgressReporter, ProgressView
 from cudal1.config import OptimizeConfig, Size, Suite
+from cudal1.eval.ray_pool import RayPoolError
 from cudal1.llm import LLMError
 from cudal1.report.runs import render_run_json, render_run_markdown, render_run_summary, summarize_run
 from cudal1.schema import Task
@@ -51,6 +55,8 @@ def optimize_command(
     samples: Annotated[int | None, typer.Option(help="samples per task per round")] = None,
     resume: Annotated[bool, typer.Option(help="continue the run in --out with its saved config")] = False,
     device: Annotated[str | None, typer.Option(help="auto | cpu | cuda | cuda:N")] = None,
+    devices: Annotated[str | None, typer.Option(help=DEVICES_HELP)] = None,
+    pool: Annotated[str | None, typer.Option(help=POOL_HELP)] = None,
     size: Annotated[Size | None, typer.Option(help="bundled task sizes (auto: by device)")] = None,
     suite: Annotated[
         Suite | None,
@@ -81,6 +87,7 @@ def optimize_command(
         "eval.device": device,
         "size": size,
         "suite": suite,
+        **pool_values(pool, devices),
     }
     cfg = resolve_config(OptimizeConfig, saved if resuming else config, set_, flags)
     if cfg.size == "auto":  # the quick suite's baselines depend on the device: settle it first
@@ -93,7 +100,7 @@ def optimize_command(
     try:
         with ProgressReporter() as progress:
             record = optimize(task_list, out, cfg, resume=resume, progress=ProgressView(progress))
-    except (OptimizeError, LLMError) as exc:
+    except (OptimizeError, LLMError, RayPoolError) as exc:
         raise bad_input(str(exc)) from None
     except KeyboardInterrupt:
         err_console.print(

@@ -22,18 +22,23 @@ from typing import Annotated, Any
 import typer
 
 from cudal1.cli.common import (
+    DEVICES_HELP,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    POOL_HELP,
     bad_input,
     console,
     err_console,
     load_task_set,
+    parse_devices,
+    pool_values,
     resolve_config,
     setup_logging,
     size_for,
 )
 from cudal1.cli.progress import ProgressReporter, TrainingView
 from cudal1.config import GRPOStageConfig, SelfSupConfig, SFTStageConfig
+from cudal1.eval.ray_pool import RayPoolError
 
 train_app = typer.Typer(
     help="Train a model to write faster kernels: sft (stage 1), selfsup (stage 2), grpo (stage 3).",
@@ -52,6 +57,8 @@ ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML config of
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="config override, e.g. optim.max_steps=50")]
 ResumeOpt = Annotated[bool, typer.Option(help="continue from the newest checkpoint in --out")]
 VerboseOpt = Annotated[bool, typer.Option("-v", "--verbose", help="log every evaluation")]
+DevicesOpt = Annotated[str | None, typer.Option("--devices", help=DEVICES_HELP)]
+PoolOpt = Annotated[str | None, typer.Option("--pool", help=POOL_HELP)]
 
 
 def _stage(name: str) -> ModuleType:
@@ -70,7 +77,7 @@ def _run(call: Any, out: Path) -> None:
     try:
         with ProgressReporter() as reporter:
             model = call(TrainingView(reporter))
-    except errors as exc:
+    except (errors, RayPoolError) as exc:
         raise bad_input(str(exc)) from None
     except KeyboardInterrupt:
         err_console.print(
@@ -116,6 +123,8 @@ def selfsup_command(
     rounds: Annotated[int | None, typer.Option(help="generate -> evaluate -> train rounds")] = None,
     samples: Annotated[int | None, typer.Option(help="samples per task per round")] = None,
     device: Annotated[str | None, typer.Option(help="evaluation device: auto | cpu | cuda | cuda:N")] = None,
+    devices: DevicesOpt = None,
+    pool: PoolOpt = None,
     resume: ResumeOpt = False,
     config: ConfigOpt = None,
     set_: SetOpt = None,
@@ -125,7 +134,7 @@ def selfsup_command(
     the executable and correct answers, and the model is fine-tuned on them. Logs each round's
     success rate; every sample stays in OUT/candidates.db."""
     setup_logging(verbose)
-    flags = {"rounds": rounds, "samples": samples, "eval.device": device}
+    flags = {"rounds": rounds, "samples": samples, "eval.device": device, **pool_values(pool, devices)}
     cfg = resolve_config(SelfSupConfig, _config_file(config, out, resume), set_, flags)
     task_list = load_task_set(tasks, size_for(cfg.size, cfg.eval.device))
     selfsup = _stage("selfsup")
@@ -143,8 +152,13 @@ def grpo_command(
     steps: Annotated[int | None, typer.Option(help="optimizer steps (optim.max_steps)")] = None,
     eval_devices: Annotated[
         list[str] | None,
-        typer.Option("--eval-devices", help="devices the evaluator times on, e.g. cuda:1 (repeatable)"),
+        typer.Option(
+            "--eval-devices",
+            "--devices",
+            help="GPUs the evaluator times on: all | 1,2,... | cuda:N (repeatable)",
+        ),
     ] = None,
+    pool: PoolOpt = None,
     device: Annotated[str | None, typer.Option(help="training device: auto | cpu | cuda | cuda:N")] = None,
     judge: Annotated[
         str | None, typer.Option(help="reward-checking model: openai:MODEL | hf:PATH | scripted:FILE")
@@ -162,7 +176,8 @@ def grpo_command(
     setup_logging(verbose)
     flags = {
         "optim.max_steps": steps,
-        "eval_devices": tuple(eval_devices) if eval_devices else None,
+        "eval_devices": parse_devices(",".join(eval_devices)) if eval_devices else None,
+        **pool_values(pool, None),
         "device": device,
         "audit.judge.spec": judge,
     }

@@ -5,22 +5,26 @@ tables; with ``--json``, write the report."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Group
 
 from cudal1.cli.common import (
+    DEVICES_HELP,
     FORMAT_HELP,
+    POOL_HELP,
     OutputFormat,
     bad_input,
     err_console,
+    pool_values,
     print_result,
     resolve_config,
     setup_logging,
 )
 from cudal1.cli.progress import ProgressReporter
-from cudal1.config import EvalConfig
+from cudal1.config import EvalConfig, PoolConfig, apply_overrides
+from cudal1.eval.ray_pool import RayPoolError
 from cudal1.report.verify import (
     progress_line,
     render_rows,
@@ -45,10 +49,29 @@ def _selection(
     return Selection(levels=wanted, names=names, sample=sample, seed=seed, limit=limit)
 
 
+def _pool_config(pool: str | None, devices: str | None, workers: int | None) -> PoolConfig:
+    """The pool of --pool, --devices and --workers (4 workers on one device, as before)."""
+    data: dict[str, Any] = apply_overrides({}, [], pool_values(pool, devices)).get("pool", {})
+    if workers is None and "devices" not in data:
+        workers = 4
+    return PoolConfig.model_validate({**data, "workers": workers, "spares": min(workers or 2, 2)})
+
+
+def _where(cfg: EvalConfig, pool: PoolConfig) -> str:
+    if pool.kind == "ray":
+        return f"Ray ({pool.ray.address or 'RAY_ADDRESS or a local cluster'})"
+    return ", ".join(pool.devices) if pool.devices else cfg.device
+
+
 def verify_command(
     records: Annotated[Path, typer.Argument(help="CUDA-L1 release file (JSON Lines) or a cudal1 export")],
     device: Annotated[str | None, typer.Option(help="auto | cpu | cuda | cuda:N")] = None,
-    workers: Annotated[int, typer.Option(min=1, help="candidates compiled and checked in parallel")] = 4,
+    devices: Annotated[str | None, typer.Option(help=DEVICES_HELP)] = None,
+    pool: Annotated[str | None, typer.Option(help=POOL_HELP)] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(min=1, help="candidates compiled and checked in parallel (default: 4, or 2 per device)"),
+    ] = None,
     json_path: Annotated[
         Path | None,
         typer.Option("--json", help="write the full report here; rows stream to PATH's .rows.jsonl"),
@@ -96,6 +119,7 @@ included); 2 for bad input.
     """
     setup_logging(verbose)
     cfg = resolve_config(EvalConfig, config, set_, {"device": device, "timing.budget_s": budget_s})
+    pool_cfg = _pool_config(pool, devices, workers)
     if not records.is_file():
         raise bad_input(f"{records}: no such records file")
     selection = _selection(levels, tasks, sample, seed, limit)
@@ -108,7 +132,8 @@ included); 2 for bad input.
     taken = run.resume(rows_log_path(json_path)) if resume and json_path else 0
     with ProgressReporter() as progress:
         progress.note(
-            f"verifying {len(run.chosen)} records from {records} ({run.with_code} with code) on {cfg.device}"
+            f"verifying {len(run.chosen)} records from {records} ({run.with_code} with code) on "
+            + _where(cfg, pool_cfg)
             + (f"; {taken} already done" if taken else "")
         )
         bar = progress.bar("verify", total=len(run.chosen), completed=taken)
@@ -118,7 +143,9 @@ included); 2 for bad input.
 
         rows_log = rows_log_path(json_path) if json_path else None
         try:
-            run_verify(run, workers=workers, rows_log=rows_log, deadline_s=deadline_s, on_row=on_row)
+            run_verify(run, pool=pool_cfg, rows_log=rows_log, deadline_s=deadline_s, on_row=on_row)
+        except RayPoolError as exc:
+            raise bad_input(str(exc)) from None
         finally:  # also when interrupted: the report says so ("complete": false)
             if json_path:
                 write_json(json_path, report_json(run))

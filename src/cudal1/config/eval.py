@@ -191,9 +191,41 @@ class EvalConfig(StrictConfig):
     guards: GuardConfig = GuardConfig()
 
 
+class RayPoolConfig(StrictConfig):
+    """The Ray pool (``eval/ray_pool.py``): one actor per GPU, each with a one-device local pool."""
+
+    address: str | None = Field(
+        None,
+        description="cluster to join: ray://HOST:PORT (Ray Client), auto (a cluster started with "
+        "`ray start` on this machine), or None (RAY_ADDRESS if set, else a local cluster for this run)",
+    )
+    actors: int | None = Field(None, ge=1, description="GPU actors (default: one per GPU of the cluster)")
+    candidates_per_actor: int = Field(
+        2,
+        ge=1,
+        description="candidates an actor holds at once: they build in parallel on its node's CPUs "
+        "while it checks and times one at a time",
+    )
+    cpus_per_actor: float = Field(1.0, gt=0, description="CPUs Ray reserves for each actor")
+    start_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="a replacement actor not running after this long counts as lost (its node "
+        "never came back): what was meant for it is recorded as an evaluator error",
+    )
+
+
 class PoolConfig(StrictConfig):
-    workers: int = Field(2, ge=1, description="candidates compiled and checked in parallel")
+    kind: Literal["local", "ray"] = Field(
+        "local", description="local: this machine's devices; ray: GPU actors of a Ray cluster"
+    )
+    workers: int | None = Field(
+        None,
+        ge=1,
+        description="candidates compiled and checked in parallel by a local pool (default: 2 per device)",
+    )
     spares: int = Field(1, ge=0, description="warm worker processes kept ready")
     devices: tuple[Device, ...] = Field(
         (), description="devices to time on (default: the evaluator's device)"
     )
+    ray: RayPoolConfig = Field(default_factory=RayPoolConfig, description="the Ray pool")

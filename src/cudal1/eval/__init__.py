@@ -3,9 +3,10 @@
 Sub-packages by concept, each importing only those below it (checked by import-linter):
 ``process`` (the untrusted worker and its channel), ``timing`` (paired timing, statistics, speed
 of light), ``checks`` (static rules, comparison, probes, verdicts); on top ``reference_process``
-(what runs in the trusted reference's worker), ``evaluator`` (one evaluation) and ``pool``
-(many, over local devices). This file imports nothing, so that a worker process started as
-``python -m cudal1.eval.process.worker`` loads no orchestration.
+(what runs in the trusted reference's worker), ``evaluator`` (one evaluation), ``pool`` (many,
+over local devices), ``ray_pool`` (many, over a Ray cluster's GPUs, each actor a local pool) and
+``pool_kinds`` (which of the two a config asks for). This file imports nothing, so that a worker
+process started as ``python -m cudal1.eval.process.worker`` loads no orchestration.
 
 Never imports ``cudal1.llm``, ``cudal1.audit`` or ``cudal1.search``.
 """

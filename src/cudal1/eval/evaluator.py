@@ -65,6 +65,13 @@ def resolve_device(device: str) -> str:
     return "cuda:0" if torch.cuda.is_available() else "cpu"
 
 
+def visible_gpus() -> int:
+    """CUDA devices this process sees (0 without CUDA)."""
+    import torch  # lazy, as in resolve_device
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 @dataclass
 class Evaluation:
     """The state of one candidate's evaluation; the pool drives its phases separately. The

@@ -14,6 +14,11 @@ CPU placement: when the machine has cores to spare, each device's timed pair get
 of its own (both sides on it, one after the other), and the pool's own threads and worker
 processes run on the rest. The pool pins only
 what it owns (its worker processes and its threads), never its caller's process.
+
+Several devices (``devices=["cuda:0", "cuda:1"]``): one timing lane per device (its lock, its
+memory gate, its reference workers), a request goes to the device with the fewest requests past
+compile, and builds share the CPU cores. ``Pool`` is the interface this pool and the Ray pool
+(``ray_pool``) share; ``pool_kinds.make_pool`` picks one from the config.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ import os
 import queue
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
+from typing import Protocol, Self
 
 from cudal1.config import EvalConfig
 from cudal1.eval.admission import USABLE, DeviceGate, expected_need
@@ -82,16 +88,60 @@ class SparePool:
                 return
 
 
+class Pool(Protocol):
+    """What every caller of the evaluator holds: a local pool or a Ray pool. Results stream back
+    as they finish; a trusted-side failure comes back as a result marked ``evaluator_error``."""
+
+    @property
+    def devices(self) -> Sequence[str]:
+        """Devices of this machine the pool times on (none for a pool whose devices are remote)."""
+        ...
+
+    @property
+    def capacity(self) -> int:
+        """Evaluations worth keeping in flight: callers that throttle submissions use this."""
+        ...
+
+    def submit(self, request: EvalRequest) -> Future[EvalResult]: ...
+
+    def evaluate(self, task: Task, source: str) -> EvalResult: ...
+
+    def evaluate_many(self, requests: Iterable[EvalRequest]) -> Iterator[tuple[EvalRequest, EvalResult]]: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+WORKERS_PER_DEVICE = 2  # one candidate building while one is timed keeps a device busy
+
+
 class EvalPool:
     def __init__(
-        self, config: EvalConfig, *, workers: int = 2, spares: int = 1, devices: Iterable[str] = ()
+        self,
+        config: EvalConfig,
+        *,
+        workers: int | None = None,
+        spares: int = 1,
+        devices: Iterable[str] = (),
+        cpus: Iterable[int] | None = None,
     ) -> None:
+        """``cpus``: the CPUs the pool places its work on (default: this process's affinity); a
+        Ray actor passes its share of a node that other actors' pools share."""
         self.config = config
         self.devices = list(devices) or [resolve_device(config.device)]
+        if len(set(self.devices)) != len(self.devices):
+            raise ValueError(f"devices {self.devices}: each device may be named once")
+        workers = workers or WORKERS_PER_DEVICE * len(self.devices)
         self._device_locks = {d: threading.Lock() for d in self.devices}
         self._assigned = dict.fromkeys(self.devices, 0)  # requests past compile, per device
+        self._timed = dict.fromkeys(self.devices, 0)  # evaluations that reached each device
         self._assign_lock = threading.Lock()
-        self._timing_cpus, self._general_cpus = _split_cpus(self.devices)
+        self._timing_cpus, self._general_cpus = _split_cpus(
+            self.devices, sorted(cpus) if cpus is not None else None
+        )
         self._refs: OrderedDict[tuple[str, str], ReferenceWorker] = OrderedDict()
         self._refs_lock = threading.Lock()
         # Idle reference workers kept warm at most (each holds a CUDA context): verify over 250
@@ -113,6 +163,15 @@ class EvalPool:
         self.build_cache: Path = config.build_cache or default_build_cache()
 
     # -- public ---------------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        return self._workers
+
+    def device_counts(self) -> dict[str, int]:
+        """Evaluations that reached each device so far (a balance check for several devices)."""
+        with self._assign_lock:
+            return dict(self._timed)
+
     def submit(self, request: EvalRequest) -> Future[EvalResult]:
         return self._executor.submit(self._run, request.task, request.source)
 
@@ -134,7 +193,7 @@ class EvalPool:
                 ref.close()
             self._refs.clear()
 
-    def __enter__(self) -> EvalPool:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -185,6 +244,7 @@ class EvalPool:
         ref = self._reference(task, device)
         try:
             ev.device = device
+            ev.environment["pool"] = {"kind": "local", "devices": len(self.devices)}
             if not ev.attach_reference(ref):
                 return
             gate = self._gate(device, ref)
@@ -201,6 +261,8 @@ class EvalPool:
             self._done_with(ref)
             with self._assign_lock:
                 self._assigned[device] -= 1
+                self._timed[device] += 1
+                ev.environment["pool"]["device_counts"] = dict(self._timed)
 
     def _check_and_time(self, ev: Evaluation, ref: ReferenceWorker, device: str) -> None:
         with self._device_locks[device], ref.lock:
@@ -275,19 +337,38 @@ def _split_cpus(
     back over seconds. With a core each, A-vs-A pairs of launch-bound tasks read 0.79-1.65x over
     consecutive stretches of one measurement and 1.31x [1.24, 1.39] overall on an H100 (issue
     10); on one core, both sides of a sample see the same speed and the pairing cancels it."""
-    cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
-    siblings = siblings or _siblings
-    cores: dict[int, list[int]] = {}  # first logical CPU of a physical core -> its logical CPUs
-    for cpu in cpus:
-        group = sorted(siblings(cpu) & set(cpus)) or [cpu]
-        cores.setdefault(group[0], group)
-    physical = sorted(cores.values())
+    physical = _physical_cores(cpus, siblings)
     if len(physical) < len(devices) + 2:  # the rest needs two cores at least
         return {}, None
     # From the end: CPU 0 takes most interrupts.
     timing = {d: physical[-1 - i][0] for i, d in enumerate(devices)}
     general = {cpu for core in physical[: len(physical) - len(devices)] for cpu in core}
     return timing, general
+
+
+def cpu_share(
+    index: int, parts: int, cpus: list[int] | None = None, siblings: Callable[[int], set[int]] | None = None
+) -> set[int]:
+    """Share ``index`` of ``parts`` of the CPUs (default: this process's affinity), whole
+    physical cores each (SMT siblings stay together), so that pools sharing a node (one Ray actor
+    per GPU) neither time on nor build beside each other's cores. All of them when there are
+    fewer physical cores than parts."""
+    physical = _physical_cores(cpus, siblings)
+    size = len(physical) // max(parts, 1)
+    if size == 0:
+        return {cpu for core in physical for cpu in core}
+    return {cpu for core in physical[index % parts * size : (index % parts + 1) * size] for cpu in core}
+
+
+def _physical_cores(cpus: list[int] | None, siblings: Callable[[int], set[int]] | None) -> list[list[int]]:
+    """The logical CPUs of ``cpus`` (default: this process's affinity) grouped by physical core."""
+    cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
+    siblings = siblings or _siblings
+    cores: dict[int, list[int]] = {}  # first logical CPU of a physical core -> its logical CPUs
+    for cpu in cpus:
+        group = sorted(siblings(cpu) & set(cpus)) or [cpu]
+        cores.setdefault(group[0], group)
+    return sorted(cores.values())
 
 
 def _siblings(cpu: int) -> set[int]:

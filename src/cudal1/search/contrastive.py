@@ -14,7 +14,7 @@ the pool and records the results; the next round sees them. With no LLM, round 0
 
 Concurrency: every task runs as its own asyncio task, so one task's LLM call overlaps another
 task's evaluations; evaluations are pool futures awaited through ``asyncio.wrap_future``, at
-most ``pool.workers`` in flight so that a budget stops the run promptly instead of after a
+most ``pool.capacity`` in flight so that a budget stops the run promptly instead of after a
 queue drains. A task's rounds are sequential: a round's prompt needs the previous round's numbers.
 
 Resume: the database is the state. A task first evaluates whatever is stored but pending
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, cast
 
 from cudal1.config import BudgetConfig, ExemplarConfig, OptimizeConfig
-from cudal1.eval.pool import EvalPool
+from cudal1.eval.pool import Pool
 from cudal1.llm import BudgetExceeded, Completion, Ledger, LLMBackend, Message, SamplingParams
 from cudal1.schema import EvalRequest, EvalResult, Severity, Stage, Task
 from cudal1.search.database import CandidateDB, CandidateRow, DuplicateSourceError, Provenance
@@ -246,7 +246,7 @@ class Search:
     def __init__(
         self,
         db: CandidateDB,
-        pool: EvalPool,
+        pool: Pool,
         config: OptimizeConfig,
         budget: Budget,
         *,
@@ -272,7 +272,7 @@ class Search:
         return reason is not None
 
     async def run(self, tasks: Sequence[Task]) -> None:
-        self._slots = asyncio.Semaphore(self.config.pool.workers)
+        self._slots = asyncio.Semaphore(self.pool.capacity)
         try:
             async with asyncio.TaskGroup() as group:
                 for task in tasks:
@@ -414,7 +414,7 @@ class Search:
 
 
 async def evaluate_and_record(
-    pool: EvalPool, db: CandidateDB, task: Task, row: CandidateRow
+    pool: Pool, db: CandidateDB, task: Task, row: CandidateRow
 ) -> EvalResult | None:
     """Evaluate one stored candidate on the pool and record its result, as every stage does (the
     search, collect, self-supervised rounds, GRPO rewards). An exception from the evaluator itself

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from cudal1.config import OptimizeConfig, dump_config, load_config
-from cudal1.eval.pool import EvalPool
+from cudal1.eval.pool_kinds import make_pool
 from cudal1.llm import CallRecord, Ledger, LLMBackend, Message, SamplingParams, create_backend
 from cudal1.schema import EvalRequest, EvalResult, Task
 from cudal1.search.contrastive import (
@@ -377,9 +377,7 @@ def _search(
     progress: ProgressCallback | None,
     run_id: int,
 ) -> None:
-    pool = EvalPool(
-        config.eval, workers=config.pool.workers, spares=config.pool.spares, devices=config.pool.devices
-    )
+    pool = make_pool(config.eval, config.pool)
     try:
         search = Search(db, pool, config, budget, backend=backend, progress=progress, run_id=run_id)
         asyncio.run(search.run(tasks))
@@ -412,8 +410,7 @@ def _final_round(
     if not todo:
         return
     cfg = config.final.apply(config.eval)
-    workers = min(config.pool.workers, len(todo))
-    with EvalPool(cfg, workers=workers, spares=0, devices=config.pool.devices) as pool:
+    with make_pool(cfg, config.pool, at_most=len(todo), spares=0) as pool:
         requests = [EvalRequest(task, row.source, request_id=key) for key, (task, row) in todo.items()]
         for request, result in pool.evaluate_many(requests):
             _, row = todo[request.request_id]

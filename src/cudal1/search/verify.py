@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudal1.config import EvalConfig
-from cudal1.eval.pool import EvalPool
+from cudal1.config import EvalConfig, PoolConfig
+from cudal1.eval.pool_kinds import make_pool
 from cudal1.schema import Candidate, EvalRequest, EvalResult, Severity, Stage, Task
 from cudal1.tasks import TaskError, load_cuda_l1_records
 
@@ -140,13 +140,12 @@ def verify_records(
     chosen: list[tuple[int, Task, Candidate | None]],
     config: EvalConfig,
     *,
-    workers: int = 2,
-    spares: int = 1,
+    pool: PoolConfig | None = None,
     deadline: float | None = None,
 ) -> Iterator[tuple[Row, EvalResult | None]]:
     """(row, full result) per record: records without code first, then evaluations as they finish.
 
-    At most ``workers`` evaluations are in flight. Past ``deadline`` (a ``time.monotonic()``
+    At most the pool's ``capacity`` evaluations are in flight. Past ``deadline`` (a ``time.monotonic()``
     value) no new evaluation starts: those in flight finish, the rest come back as "not run".
     """
     todo: list[tuple[int, Task, Candidate]] = []
@@ -157,12 +156,16 @@ def verify_records(
             todo.append((index, task, cand))
     if not todo:
         return
-    with EvalPool(config, workers=workers, spares=spares) as pool:
+    with make_pool(config, pool) as evaluator:
         running: dict[Future[EvalResult], tuple[int, Task, Candidate]] = {}
         while todo or running:
-            while todo and len(running) < workers and (deadline is None or time.monotonic() < deadline):
+            while (
+                todo
+                and len(running) < evaluator.capacity
+                and (deadline is None or time.monotonic() < deadline)
+            ):
                 index, task, cand = todo.pop(0)
-                running[pool.submit(EvalRequest(task, cand.source, str(index)))] = (index, task, cand)
+                running[evaluator.submit(EvalRequest(task, cand.source, str(index)))] = (index, task, cand)
             if not running:
                 break
             done, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -271,7 +274,7 @@ class VerifyRun:
 def run_verify(
     run: VerifyRun,
     *,
-    workers: int = 2,
+    pool: PoolConfig | None = None,
     rows_log: Path | None = None,
     deadline_s: float | None = None,
     on_row: Callable[[Row], None] | None = None,
@@ -285,9 +288,7 @@ def run_verify(
     log = RowLog(rows_log, append_to=bool(done)) if rows_log else None
     todo = [entry for entry in run.chosen if entry[0] not in done]
     try:
-        for row, result in verify_records(
-            todo, run.config, workers=workers, spares=min(workers, 2), deadline=deadline
-        ):
+        for row, result in verify_records(todo, run.config, pool=pool, deadline=deadline):
             run.rows.append(row)
             if result is not None:
                 run.results[row.index] = result

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from cudal1.config import CollectConfig, LLMConfig, dump_config
-from cudal1.eval.pool import EvalPool
+from cudal1.eval.pool import Pool
+from cudal1.eval.pool_kinds import make_pool
 from cudal1.llm import BudgetExceeded, Ledger, LLMBackend, Message, SamplingParams, create_backend
 from cudal1.schema import Task
 from cudal1.search.contrastive import (
@@ -99,9 +100,7 @@ def collect(
             total = len(models) * config.samples
             plan = {t.name: {"total": total, "done": _done(db, t.name)} for t in tasks}
             progress("run_start", {"tasks": plan})
-        with EvalPool(
-            config.eval, workers=config.pool.workers, spares=config.pool.spares, devices=config.pool.devices
-        ) as pool:
+        with make_pool(config.eval, config.pool) as pool:
             collector = _Collector(db, pool, config, budget, models, progress, run_id)
             asyncio.run(collector.run(tasks))
         wall = float(db.get_meta("wall_s") or 0) + time.monotonic() - started
@@ -136,7 +135,7 @@ class _Collector:
     def __init__(
         self,
         db: CandidateDB,
-        pool: EvalPool,
+        pool: Pool,
         config: CollectConfig,
         budget: Budget,
         models: list[LLMBackend],
@@ -145,7 +144,7 @@ class _Collector:
     ) -> None:
         self.db, self.pool, self.config, self.budget = db, pool, config, budget
         self.models, self.progress, self.run_id = models, progress, run_id
-        self._slots = asyncio.Semaphore(config.pool.workers)
+        self._slots = asyncio.Semaphore(pool.capacity)
 
     def emit(self, kind: Any, **payload: Any) -> None:
         if self.progress is not None:

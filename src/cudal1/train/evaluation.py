@@ -13,7 +13,7 @@ import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 
-from cudal1.eval.pool import EvalPool
+from cudal1.eval.pool import Pool
 from cudal1.schema import EvalResult, Task
 from cudal1.search.contrastive import evaluate_and_record, seed_candidates
 from cudal1.search.database import CandidateDB, CandidateRow, DuplicateSourceError, Provenance
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 
 async def evaluate_rows(
-    db: CandidateDB, pool: EvalPool, tasks: Mapping[str, Task], rows: Sequence[CandidateRow]
+    db: CandidateDB, pool: Pool, tasks: Mapping[str, Task], rows: Sequence[CandidateRow]
 ) -> dict[int, EvalResult]:
     """Evaluate ``rows`` (pending candidates) all at once; record and return each result by id.
 

@@ -37,7 +37,8 @@ from trl import GRPOConfig, GRPOTrainer
 
 from cudal1.audit import open_case_db
 from cudal1.config import GRPOStageConfig, dump_config
-from cudal1.eval.pool import EvalPool
+from cudal1.eval.pool import Pool
+from cudal1.eval.pool_kinds import make_pool
 from cudal1.schema import Task
 from cudal1.search.contrastive import task_prompt
 from cudal1.search.database import CandidateDB
@@ -163,9 +164,7 @@ def run_grpo(
         run_log(out / "run.log"),
         CandidateDB(out / DB_FILE) as db,
         open_case_db(config.audit.case_db or out / CASES_FILE) as cases,
-        EvalPool(
-            config.eval, workers=config.pool.workers, spares=config.pool.spares, devices=pool_devices(config)
-        ) as pool,
+        make_pool(config.eval, config.pool, devices=pool_devices(config)) as pool,
     ):
         remember_tasks(db, tasks)
         run_id = db.start_run(dump_config(config), note="grpo resume" if resume else "grpo")
@@ -208,7 +207,7 @@ def run_grpo(
 
 def _prepare(
     db: CandidateDB,
-    pool: EvalPool,
+    pool: Pool,
     tasks: dict[str, Task],
     gate: PhaseGate,
     run_id: int,

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from cudal1.config import RewardConfig
-from cudal1.eval.pool import EvalPool
+from cudal1.eval.pool import Pool
 from cudal1.schema import EvalResult, Task
 from cudal1.search.contrastive import store_reply
 from cudal1.search.database import CandidateDB, CandidateStatus, Provenance
@@ -68,7 +68,7 @@ class PoolReward:
     def __init__(
         self,
         db: CandidateDB,
-        pool: EvalPool,
+        pool: Pool,
         tasks: Mapping[str, Task],
         reward: RewardConfig,
         auditor: RewardAuditor,

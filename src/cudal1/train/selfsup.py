@@ -25,7 +25,8 @@ from pathlib import Path
 from datasets import Dataset
 
 from cudal1.config import SelfSupConfig, dump_config
-from cudal1.eval.pool import EvalPool
+from cudal1.eval.pool import Pool
+from cudal1.eval.pool_kinds import make_pool
 from cudal1.llm import Message, SamplingParams
 from cudal1.llm.hf_backend import HFBackend
 from cudal1.schema import Task
@@ -61,9 +62,7 @@ def run_selfsup(
     with (
         run_log(out / "run.log"),
         CandidateDB(out / DB_FILE) as db,
-        EvalPool(
-            config.eval, workers=config.pool.workers, spares=config.pool.spares, devices=config.pool.devices
-        ) as pool,
+        make_pool(config.eval, config.pool) as pool,
     ):
         remember_tasks(db, tasks)
         run_id = db.start_run(dump_config(config), note="selfsup resume" if resume else "selfsup")
@@ -82,7 +81,7 @@ def run_selfsup(
 
 def _round(
     db: CandidateDB,
-    pool: EvalPool,
+    pool: Pool,
     tasks: Sequence[Task],
     config: SelfSupConfig,
     r: int,
