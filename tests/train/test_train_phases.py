@@ -50,3 +50,23 @@ def test_shared_when_the_training_device_is_an_evaluation_device() -> None:
     assert not shares_device("cpu", ["cuda:1"])
     assert not shares_device("cuda:0", ["cuda:1", "cuda:2"])
     assert shares_device("cuda:1", ["cuda:0", "cuda:1"])
+
+
+def test_the_pool_admits_around_the_memory_the_policy_keeps() -> None:
+    """At each release the gate tells the pool what the policy still holds; the pool's admission
+    capacity on that device shrinks by it (and grows back when it shrinks)."""
+    from cudal1.config import EvalConfig
+    from cudal1.eval.admission import USABLE
+    from cudal1.eval.pool import EvalPool
+    from cudal1.train.grpo import _reserver
+
+    with EvalPool(EvalConfig(device="cpu"), workers=1, spares=0) as pool:
+        pool._totals["cpu"] = 100 * 2**30  # as a reference worker reports a device's memory
+        held = [30 * 2**30]
+        gate = PhaseGate(shared=True, release=lambda: None, reserve=_reserver(pool, "cpu"), held=lambda: held[0])
+        with gate.evaluating():
+            assert pool._capacity("cpu") == USABLE * 100 * 2**30 - 30 * 2**30
+        held[0] = 10 * 2**30
+        with gate.evaluating():
+            assert pool._capacity("cpu") == USABLE * 100 * 2**30 - 10 * 2**30
+    assert _reserver(pool, "cuda:3") is None  # the policy's device is not the pool's

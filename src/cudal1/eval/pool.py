@@ -148,6 +148,8 @@ class EvalPool:
         # tasks kept all of them alive before.
         self._refs_cap = workers + 2
         self._gates: dict[str, DeviceGate] = {}
+        self._totals: dict[str, int] = {}  # device memory, bytes (from the reference worker)
+        self._reserved: dict[str, float] = {}  # held outside the pool (reserve)
         self._peaks: dict[str, int] = {}  # a task's reference peak device memory, by task hash
         self._workers = workers
         self._quiet = QuietWindows()
@@ -283,11 +285,23 @@ class EvalPool:
                 if cpu is not None and self._general_cpus and ref.process.alive:
                     ref.process.pin(self._general_cpus)
 
+    def reserve(self, device: str, nbytes: float) -> None:
+        """Device memory that something outside the pool holds (a policy's weights and optimizer
+        state on the GPU it shares with the pool): admission leaves room for it from now on."""
+        with self._assign_lock:
+            self._reserved[device] = max(0.0, float(nbytes))
+            if device in self._gates:
+                self._gates[device].capacity = self._capacity(device)
+
+    def _capacity(self, device: str) -> float:
+        total = self._totals.get(device)
+        return max(0.0, USABLE * total - self._reserved.get(device, 0.0)) if total else float("inf")
+
     def _gate(self, device: str, ref: ReferenceWorker) -> DeviceGate:
         with self._assign_lock:
             if device not in self._gates:
-                total = ref.device_info.get("memory_bytes")
-                self._gates[device] = DeviceGate(USABLE * total if total else float("inf"))
+                self._totals[device] = ref.device_info.get("memory_bytes") or 0
+                self._gates[device] = DeviceGate(self._capacity(device))
             return self._gates[device]
 
     def _assign(self) -> str:

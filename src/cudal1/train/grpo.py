@@ -28,7 +28,7 @@ import itertools
 import json
 import logging
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -138,6 +138,15 @@ def shares_device(train_device: str, eval_devices: Sequence[str]) -> bool:
     return any(same_device(train_device, d) for d in eval_devices)
 
 
+def _reserver(pool: Any, train_device: str) -> Callable[[int], None] | None:
+    """Tells a local pool what the policy holds on the device they share (see ``PhaseGate``)."""
+    reserve = getattr(pool, "reserve", None)
+    shared = [d for d in pool.devices if same_device(train_device, d)]
+    if reserve is None or not shared:
+        return None
+    return lambda nbytes: reserve(shared[0], nbytes)
+
+
 def run_grpo(
     model_path: Path,
     tasks: Sequence[Task],
@@ -169,7 +178,7 @@ def run_grpo(
         remember_tasks(db, tasks)
         run_id = db.start_run(dump_config(config), note="grpo resume" if resume else "grpo")
         by_name = {t.name: t for t in tasks}
-        gate = PhaseGate(shares_device(device, pool.devices))
+        gate = PhaseGate(shares_device(device, pool.devices), reserve=_reserver(pool, device))
         log.info(
             "GRPO on %s, pool on %s, phases %s",
             device,

@@ -14,8 +14,9 @@ keeps the two apart:
   when evaluations were started outside a step (pending candidates of a killed run, seeds).
 
 With ``--eval-devices`` naming GPUs the trainer does not use, the gate is open (``shared`` is
-False) and nothing waits. What is not covered: other processes on the same GPU, and the memory
-the model keeps (weights, optimizer state), which the pool's admission must leave room for.
+False) and nothing waits. The memory the model keeps (weights, optimizer state) is measured at
+each release and handed to the pool (``reserve``), whose memory admission leaves room for it.
+What is not covered: other processes on the same GPU.
 """
 
 from __future__ import annotations
@@ -39,6 +40,13 @@ def release_device() -> None:
         torch.cuda.empty_cache()
 
 
+def held_bytes() -> int:
+    """Device memory this process's tensors hold (after a release: the model and its optimizer)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return int(torch.cuda.memory_allocated())
+    return 0
+
+
 def same_device(a: str, b: str) -> bool:
     """Whether two device strings name one device (``cuda`` is the current CUDA device)."""
 
@@ -54,9 +62,19 @@ class PhaseGate:
     """Counts evaluations in flight; ``wait_idle`` blocks while any is. Thread-safe: the reward
     runs on TRL's event-loop thread, the step on the trainer's thread."""
 
-    def __init__(self, shared: bool, release: Callable[[], None] = release_device) -> None:
+    def __init__(
+        self,
+        shared: bool,
+        release: Callable[[], None] = release_device,
+        reserve: Callable[[int], None] | None = None,
+        held: Callable[[], int] = lambda: held_bytes(),
+    ) -> None:
         self.shared = shared
         self._release = release
+        # Told, at each release, the memory the policy still holds (weights, optimizer state), so
+        # the pool's admission leaves room for it.
+        self._reserve = reserve
+        self._held = held
         self._in_flight = 0
         self._cond = threading.Condition()
         self.waits = 0  # times a step found evaluations in flight and waited (for tests and logs)
@@ -71,6 +89,8 @@ class PhaseGate:
         """The pool's turn: the device is released first (when shared)."""
         if self.shared:
             self._release()
+            if self._reserve is not None:
+                self._reserve(self._held())
         with self._cond:
             self._in_flight += 1
         try:
