@@ -152,6 +152,11 @@ class GuardConfig(StrictConfig):
     init_inputs: bool = Field(
         True, description="one set with the float init inputs scaled, both models rebuilt with them"
     )
+    default_weights: bool = Field(
+        True,
+        description="one set with the reference's constant-initialised parameters and buffers "
+        "(zero biases, unit norm weights) set to random values in both models",
+    )
     precision_policy: Literal["task", "allow_tf32", "allow_half"] = Field(
         "task",
         description="lowest effective precision accepted: the task's dtype; 10-bit mantissas "

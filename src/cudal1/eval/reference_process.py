@@ -91,6 +91,17 @@ class ReferenceServer(WorkerServer):
             self.slots64[slot] = twin
         return reply
 
+    def weights_set(self, slot: str) -> None:
+        """The float64 twin follows the new weights (outputs are judged against it)."""
+        had = self.model64 if slot == "main" else self.slots64.get(slot)
+        if had is None:
+            return
+        twin = _twin(self.model_in(slot), torch.float64)
+        if slot == "main":
+            self.model64 = twin
+        else:
+            self.slots64[slot] = twin
+
     def run(self, key: str, slot: str = "main", levels: bool = False) -> dict[str, Any]:
         """Run on stored inputs and keep the outputs (and the float64 twin's) to compare against.
         With ``levels``, also run the model in each floating dtype below the task's and report

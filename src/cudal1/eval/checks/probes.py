@@ -9,6 +9,13 @@
   one set with the task's module-level batch-size constant changed. KernelBench-style tasks fix
   their sizes, so a kernel specialised to them is legitimate there; it is flagged for audit,
   and rejected where the configuration says the task's sizes are not fixed.
+- Default weights (``default_weights_assumed``, REJECT; ``default_weights_unmapped``, WARNING):
+  both models rebuilt beside the timed ones, then every parameter and buffer of the reference
+  whose elements are all equal at initialisation (zero biases, unit norm weights) is given random
+  values, the same in the candidate's parameter of that name and shape. A candidate that skips
+  a bias add or a norm's affine step because it does nothing at initialisation computes another
+  function as soon as the weights are trained; one whose parameters have other names cannot be
+  checked this way, and says so in a warning.
 - Perturbed init inputs (``init_inputs_ignored``, REJECT): both models rebuilt beside the timed
   ones with every nonzero float init input scaled by 1.5 (value hyperparameters: scales, slopes;
   integers are structural, kernel and hidden sizes, which a kernel may specialise on). ModelNew
@@ -37,7 +44,7 @@ from cudal1.eval.process.protocol import Command
 from cudal1.eval.process.sandbox import RemoteError, WorkerError
 from cudal1.schema import Finding, Severity, Stage, Task
 
-PERTURBED, SHAPES, INIT = "perturbed", "shapes", "init"
+PERTURBED, SHAPES, INIT, WEIGHTS = "perturbed", "shapes", "init", "weights"
 
 
 class ProbeTarget(Protocol):
@@ -143,6 +150,9 @@ def run_late_probes(ev: ProbeTarget, seed: int, init_args: list[Any], init_seed:
         current = "init_inputs_ignored"
         if ev.config.guards.init_inputs:
             perturbed_init_inputs(ev, rng.getrandbits(62), init_args, init_seed)
+        current = "default_weights_assumed"
+        if ev.config.guards.default_weights:
+            default_weights(ev, rng.getrandbits(62), init_args, init_seed)
     except StageFailed as exc:  # inputs tampered with: its REJECT finding is already recorded
         _note(ev, "late", stopped=str(exc))
     except WorkerError as exc:
@@ -227,10 +237,58 @@ def perturbed_init_inputs(ev: ProbeTarget, seed: int, init_args: list[Any], init
         ev.findings.append(_probe_failure(ev, "init_inputs_ignored", problem, init_inputs=args))
 
 
+def default_weights(ev: ProbeTarget, seed: int, init_args: list[Any], init_seed: int) -> None:
+    try:
+        ev.build_model(init_args, init_seed, WEIGHTS, candidate=False)
+        ref_set = ev.reference(Command.SET_WEIGHTS, slot=WEIGHTS, seed=seed)["changed"]
+        if not ref_set:
+            _note(ev, "default_weights", skipped="no constant-initialised parameter or buffer")
+            ev.forget([], [WEIGHTS])
+            return
+        ev.make_inputs(seed, WEIGHTS, slot=WEIGHTS)
+    except StageFailed as exc:
+        if not exc.reference:
+            raise
+        _note(ev, "default_weights", skipped=str(exc))
+        ev.forget([WEIGHTS], [WEIGHTS])
+        return
+    names = [name for name, _ in ref_set]
+    try:
+        ev.build_model(init_args, init_seed, WEIGHTS, candidate=True)
+        cand_set = ev.candidate(Command.SET_WEIGHTS, slot=WEIGHTS, seed=seed, names=names)["changed"]
+        cmp = ev.run_candidate(WEIGHTS, slot=WEIGHTS)
+        problem = None if cmp.ok else cmp.message
+    except RemoteError as exc:
+        cand_set, problem = [], str(exc)
+    # The candidate's word on which names it set is only used to name the unmapped ones: its
+    # output on the new weights is what is judged.
+    unmapped = [name for name, shape in ref_set if [name, shape] not in cand_set]
+    _note(ev, "default_weights", set=names, unmapped=unmapped, ok=problem is None)
+    ev.forget([WEIGHTS], [WEIGHTS])
+    if unmapped:  # its weights did not all change with the reference's: the comparison says nothing
+        ev.findings.append(
+            probe_finding(
+                "default_weights_unmapped",
+                Severity.WARNING,
+                "parameters the reference initialises to a constant have no counterpart of the same "
+                f"name and shape in the candidate, so its use of them is unchecked: {', '.join(unmapped)[:500]}",
+                {"unmapped": unmapped, "problem": (problem or "")[:2000]},
+            )
+        )
+    elif problem is not None:
+        ev.findings.append(_probe_failure(ev, "default_weights_assumed", problem, weights=names))
+
+
 def _probe_failure(ev: ProbeTarget, code: str, problem: str, **evidence: Any) -> Any:
     if code == "shape_specialised":
         severity = Severity.REJECT if ev.config.guards.alternative_shapes == "reject" else Severity.WARNING
         message = f"the candidate fails when the task's batch size changes: {problem}"
+    elif code == "default_weights_assumed":
+        severity = Severity.REJECT
+        message = (
+            "the candidate is right only while the reference's constant-initialised parameters keep "
+            f"their initial values (zero biases, unit norm weights): {problem}"
+        )
     else:
         severity = Severity.REJECT
         message = f"the candidate does not follow its init inputs (float ones scaled by 1.5): {problem}"

@@ -28,6 +28,7 @@ class Command(StrEnum):
     BUILD = "build"
     RUN = "run"
     PERTURB = "perturb"
+    SET_WEIGHTS = "set_weights"
     COMPARE = "compare"
     SET_TIMING_INPUTS = "set_timing_inputs"
     REFRESH_INPUTS = "refresh_inputs"
@@ -69,6 +70,7 @@ _SPEC: dict[Command, tuple[frozenset[Role], Stage]] = {
     Command.BUILD: (_BOTH, Stage.LOAD),
     Command.RUN: (_BOTH, Stage.CORRECTNESS),
     Command.PERTURB: (_BOTH, Stage.CORRECTNESS),
+    Command.SET_WEIGHTS: (_BOTH, Stage.CORRECTNESS),
     Command.COMPARE: (_REF, Stage.CORRECTNESS),
     Command.SET_TIMING_INPUTS: (_BOTH, Stage.TIMING),
     Command.REFRESH_INPUTS: (_BOTH, Stage.TIMING),

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import traceback
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from multiprocessing.connection import Connection
@@ -68,6 +69,7 @@ class WorkerServer:
             Command.MAKE_INPUTS: self.make_inputs,
             Command.BUILD: self.build,
             Command.PERTURB: self.perturb,
+            Command.SET_WEIGHTS: self.set_weights,
             Command.SET_TIMING_INPUTS: self.set_timing_inputs,
             Command.REFRESH_INPUTS: self.refresh_inputs,
             Command.WARMUP: self.warmup,
@@ -154,6 +156,33 @@ class WorkerServer:
             "digest": [digest(x) if isinstance(x, torch.Tensor) else None for x in inputs],
             "positions": [int(p) for p in positions],
         }
+
+    def set_weights(self, slot: str, seed: int, names: list[str] | None = None) -> dict[str, Any]:
+        """Give the model in ``slot`` new values for its constant floating parameters and buffers
+        (all elements equal: zero biases, unit norm weights), or for ``names`` where given:
+        value + N(0, 0.5) per element, drawn from ``seed`` and the name, so both workers set the
+        same values. Returns the names set, with their shapes."""
+        model = self.model_in(slot)
+        changed: list[list[Any]] = []
+        if not isinstance(model, torch.nn.Module):
+            return {"changed": changed}
+        with torch.no_grad():
+            for name, t in model.state_dict(keep_vars=True).items():
+                if not t.is_floating_point() or t.numel() == 0:
+                    continue
+                if names is None and not bool((t == t.reshape(-1)[0]).all()):
+                    continue
+                if names is not None and name not in names:
+                    continue
+                gen = torch.Generator().manual_seed((seed + zlib.crc32(name.encode())) % 2**63)
+                noise = torch.randn(t.shape, generator=gen, dtype=torch.float64)
+                t.add_((0.5 * noise).to(device=t.device, dtype=t.dtype))
+                changed.append([name, list(t.shape)])
+        self.weights_set(slot)
+        return {"changed": changed}
+
+    def weights_set(self, slot: str) -> None:
+        pass
 
     def set_timing_inputs(self, keys: list[str], flush_bytes: int, lead_us: float = 0.0) -> dict[str, Any]:
         """Both sides enter timing with the same memory picture: what only one side keeps leaves
