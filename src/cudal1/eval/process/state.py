@@ -1,6 +1,7 @@
 """What a candidate must leave as it found it, observed inside its worker.
 
-Process-wide settings (cuDNN and TF32 flags, the matmul precision, the current stream), the
+Process-wide settings (cuDNN and TF32 flags, the matmul precision, the current stream, a
+persisting-L2 carve-out), the
 identity of every public torch function (a patched ``torch.allclose`` or timer shows here), the
 RNG state, streams a model holds, outputs that alias inputs or parameters, and the poisoning of
 free memory before a checked call. A candidate can forge any of this from inside its process, so
@@ -9,6 +10,7 @@ it only ever adds findings (see ``checks.integrity``); verdicts come from the tr
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import time
 from typing import Any
@@ -17,6 +19,39 @@ import torch
 import torch.nn.functional as F
 
 from cudal1.eval.process.wire import flatten_outputs
+
+CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06  # cuda.h, CUlimit
+_LIBCUDA: list[Any] = []
+
+
+def _libcuda() -> Any:
+    """The CUDA driver this process uses, or None (no GPU, no driver)."""
+    if not _LIBCUDA:
+        try:
+            _LIBCUDA.append(ctypes.CDLL("libcuda.so.1"))
+        except OSError:
+            _LIBCUDA.append(None)
+    return _LIBCUDA[0]
+
+
+def persisting_l2_limit() -> int:
+    """The context's persisting-L2 carve-out in bytes (0 unless someone set it). Lines marked
+    persisting through an access-policy window survive the evaluator's L2 flush only while it is
+    nonzero, so a candidate that keeps its weights in L2 between samples leaves it set."""
+    lib = _libcuda() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    if lib is None:
+        return 0
+    value = ctypes.c_size_t(0)
+    if lib.cuCtxGetLimit(ctypes.byref(value), CU_LIMIT_PERSISTING_L2_CACHE_SIZE) != 0:
+        return 0
+    return int(value.value)
+
+
+def reset_persisting_l2() -> None:
+    """Return lines marked persisting to normal (before a sample's flush), where there is a GPU."""
+    lib = _libcuda() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    if lib is not None:
+        lib.cuCtxResetPersistingL2Cache()
 
 
 def global_state() -> dict[str, Any]:
@@ -31,6 +66,9 @@ def global_state() -> dict[str, Any]:
         "matmul.allow_tf32": matmul.allow_tf32,
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
     }
+    l2 = persisting_l2_limit()
+    if l2:  # listed only when set: a process that never touched it has no such key
+        state["cuda.persisting_l2_limit"] = l2
     patched = {
         "torch.allclose": torch.allclose,
         "torch.isclose": torch.isclose,

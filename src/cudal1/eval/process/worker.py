@@ -263,6 +263,7 @@ class WorkerServer:
                 # busy when the clock starts and the first call's host-side launch latency (which
                 # differs between two processes running the same code) is not on the clock. The
                 # spin hides at most lead_us of host time per sample; the trusted wall clock sees all.
+                state.reset_persisting_l2()  # lines kept in L2 on purpose get flushed too
                 if self.flush_buffer is not None:
                     self.flush_buffer.zero_()
                 if cycles:
