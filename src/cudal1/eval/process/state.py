@@ -10,6 +10,7 @@ it only ever adds findings (see ``checks.integrity``); verdicts come from the tr
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import time
@@ -42,7 +43,10 @@ def persisting_l2_limit() -> int:
     if lib is None:
         return 0
     value = ctypes.c_size_t(0)
-    if lib.cuCtxGetLimit(ctypes.byref(value), CU_LIMIT_PERSISTING_L2_CACHE_SIZE) != 0:
+    try:
+        if lib.cuCtxGetLimit(ctypes.byref(value), CU_LIMIT_PERSISTING_L2_CACHE_SIZE) != 0:
+            return 0
+    except AttributeError:  # a driver without the symbol
         return 0
     return int(value.value)
 
@@ -51,7 +55,8 @@ def reset_persisting_l2() -> None:
     """Return lines marked persisting to normal (before a sample's flush), where there is a GPU."""
     lib = _libcuda() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
     if lib is not None:
-        lib.cuCtxResetPersistingL2Cache()
+        with contextlib.suppress(AttributeError):
+            lib.cuCtxResetPersistingL2Cache()
 
 
 def global_state() -> dict[str, Any]:
