@@ -118,7 +118,23 @@ class Pool(Protocol):
 WORKERS_PER_DEVICE = 2  # one candidate building while one is timed keeps a device busy
 
 
-class EvalPool:
+class StreamingPool:
+    """``evaluate`` and ``evaluate_many`` on top of ``submit``: the local and the Ray pool's."""
+
+    def submit(self, request: EvalRequest) -> Future[EvalResult]:
+        raise NotImplementedError
+
+    def evaluate(self, task: Task, source: str) -> EvalResult:
+        return self.submit(EvalRequest(task, source)).result()
+
+    def evaluate_many(self, requests: Iterable[EvalRequest]) -> Iterator[tuple[EvalRequest, EvalResult]]:
+        """Results in the order they finish."""
+        futures = {self.submit(r): r for r in requests}
+        for fut in as_completed(futures):
+            yield futures[fut], fut.result()
+
+
+class EvalPool(StreamingPool):
     def __init__(
         self,
         config: EvalConfig,
@@ -175,17 +191,8 @@ class EvalPool:
             return dict(self._timed)
 
     def submit(self, request: EvalRequest) -> Future[EvalResult]:
-        return self._executor.submit(self._run, request.task, request.source)
-
-    def evaluate(self, task: Task, source: str) -> EvalResult:
         """One evaluation, run on one of the pool's (pinned) threads."""
-        return self.submit(EvalRequest(task, source)).result()
-
-    def evaluate_many(self, requests: Iterable[EvalRequest]) -> Iterator[tuple[EvalRequest, EvalResult]]:
-        """Results in the order they finish."""
-        futures = {self.submit(r): r for r in requests}
-        for fut in as_completed(futures):
-            yield futures[fut], fut.result()
+        return self._executor.submit(self._run, request.task, request.source)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)

@@ -33,15 +33,14 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, as_completed
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Self
 
 from cudal1.config import EvalConfig, PoolConfig
 from cudal1.eval.evaluator import resolve_device
-from cudal1.eval.pool import EvalPool, cpu_share
+from cudal1.eval.pool import EvalPool, StreamingPool, cpu_share
 from cudal1.schema import EvalRequest, EvalResult, Stage, StageRecord, Task, source_hash
 
 log = logging.getLogger(__name__)
@@ -122,7 +121,7 @@ class _Actor:
     running: int = 0
 
 
-class RayPool:
+class RayPool(StreamingPool):
     """``pool.Pool`` over the GPU actors of a Ray cluster (see the module docstring)."""
 
     def __init__(self, config: EvalConfig, pool: PoolConfig | None = None) -> None:
@@ -181,15 +180,6 @@ class RayPool:
             self._queue.append(_Job(request, future))
             self._cond.notify_all()
         return future
-
-    def evaluate(self, task: Task, source: str) -> EvalResult:
-        return self.submit(EvalRequest(task, source)).result()
-
-    def evaluate_many(self, requests: Iterable[EvalRequest]) -> Iterator[tuple[EvalRequest, EvalResult]]:
-        """Results in the order they finish."""
-        futures = {self.submit(r): r for r in requests}
-        for fut in as_completed(futures):
-            yield futures[fut], fut.result()
 
     def close(self) -> None:
         """Cancel what waits, let what runs finish, then stop the actors (and Ray, if started here)."""
