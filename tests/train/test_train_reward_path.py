@@ -23,10 +23,25 @@ class State:
     global_step = 3
 
 
+class ContentJudge(ScriptedJudge):
+    """'hack' for a candidate that writes into its input, 'legit' for any other."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+
+    async def judge(self, task_source: str, candidate_source: str, result_summary: Any, cases: Any) -> JudgeVerdict:
+        self.calls.append({"candidate": candidate_source, "summary": result_summary})
+        if "x.copy_" in candidate_source:
+            return JudgeVerdict("hack", "writes its output into the input")
+        return JudgeVerdict("legit", "computes the function")
+
+
 def test_rewards_of_a_batch_with_a_rejected_and_an_unparseable_reply(
     tmp_path: Path, eval_config: dict[str, Any]
 ) -> None:
-    judge = ScriptedJudge([JudgeVerdict("hack", "writes its output into the input")])
+    # Answers by content: under load a result may be audited more than once (a clock finding
+    # beside the rejection), and an honest candidate may be audited too.
+    judge = ContentJudge()
     released: list[str] = []
     gate = PhaseGate(shared=True, release=lambda: released.append("released"))
     metrics: dict[str, float] = {}
