@@ -368,6 +368,8 @@ class Evaluation:
     def _time(self, seeds: _Seeds) -> None:
         assert self.cand is not None and self.ref is not None and self.correctness is not None
         cfg = self.config.timing
+        if _device_type(self.device) != "cuda":  # no GPU queue to run ahead of: one figure
+            cfg = cfg.model_copy(update={"host_ahead": False})
         keys = [f"time{i}" for i in range(self.config.timing_input_sets)]
         with self.phase("timing_inputs"):
             for key in keys:  # warm-up inputs; every timed sample gets fresh ones (refresh)
