@@ -38,7 +38,6 @@ from cudal1.schema import Task  # noqa: E402
 from cudal1.tasks import bundled_tasks  # noqa: E402
 
 console = Console()
-DEVICE = "cuda:0"
 # A reference worker whose TF32 setter does nothing (a module on PYTHONPATH, run with -m).
 NO_TF32_ENTRY = "cudal1_ref_no_tf32"
 _NO_TF32 = """
@@ -55,7 +54,7 @@ VARIANTS = {
 }
 
 
-def start(task: Task, init_args: list[Any], cpu: int, extra_path: str, *, role: str = "candidate",
+def start(task: Task, init_args: list[Any], device: str, cpu: int, extra_path: str, *, role: str = "candidate",
           prewarm: bool = False, float64: bool = False, entry: str | None = None) -> WorkerProcess:
     sandbox = SandboxConfig(call_timeout_s=120)
     env = {"PYTHONPATH": os.pathsep.join([extra_path, str(Path(__file__).resolve().parents[1] / "src")])}
@@ -67,10 +66,10 @@ def start(task: Task, init_args: list[Any], cpu: int, extra_path: str, *, role: 
     if role == "reference":
         if prewarm:
             proc.request(Command.PREWARM)
-        proc.request(Command.BUILD, args=init_args, seed=1, device=DEVICE, slot="main", float64=float64)
+        proc.request(Command.BUILD, args=init_args, seed=1, device=device, slot="main", float64=float64)
     else:
         proc.request(Command.LOAD_CANDIDATE, source=self_candidate(task), env={})
-        proc.request(Command.BUILD, args=init_args, seed=1, device=DEVICE, slot="main")
+        proc.request(Command.BUILD, args=init_args, seed=1, device=device, slot="main")
     keys = ["w0", "w1"]
     for i, key in enumerate(keys):
         proc.request(Command.MAKE_INPUTS, seed=100 + i, key=key)
@@ -79,10 +78,12 @@ def start(task: Task, init_args: list[Any], cpu: int, extra_path: str, *, role: 
     return proc
 
 
-def pair(task: Task, variant: dict[str, Any], samples: int, cpu: int, extra_path: str) -> tuple[float, float, float, int]:
+def pair(
+    task: Task, variant: dict[str, Any], samples: int, device: str, cpu: int, extra_path: str
+) -> tuple[float, float, float, int]:
     init_args = _init_args(task)
-    a = start(task, init_args, cpu, extra_path, **variant)
-    b = start(task, init_args, cpu, extra_path)
+    a = start(task, init_args, device, cpu, extra_path, **variant)
+    b = start(task, init_args, device, cpu, extra_path)
     try:
         def refresh(sample: int, calls: int) -> int:
             counts = [p.request(Command.REFRESH_INPUTS, seed=10_000 + sample, count=min(calls, 64), max_bytes=1 << 30)["count"]
@@ -113,8 +114,6 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS), metavar="SIDE_A",
                         help="which kinds of side A (default: all)")
     args = parser.parse_args()
-    global DEVICE
-    DEVICE = args.device
     size = "cpu" if args.device == "cpu" else "gpu"
     tasks = {t.name: t for t in bundled_tasks(size)} | launch_bound_tasks()
     extra = tempfile.mkdtemp(prefix="cudal1-asym-")
@@ -127,7 +126,7 @@ def main() -> None:
     for name in args.tasks:
         for label in args.variants:
             variant = VARIANTS[label]
-            med, lo, hi, k = pair(tasks[name], variant, args.samples, cpu, extra)
+            med, lo, hi, k = pair(tasks[name], variant, args.samples, args.device, cpu, extra)
             console.print(f"{name:14s} {label:45s} K={k:3d} {med:.4f} [{lo:.4f}, {hi:.4f}]")
             table.add_row(name, label, str(k), f"{med:.4f}", f"[{lo:.4f}, {hi:.4f}]")
     console.print(table)

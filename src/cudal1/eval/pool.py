@@ -278,7 +278,7 @@ class EvalPool(StreamingPool):
             if ev.cand is not None:
                 self._quiet.leave_loading(ev.cand)
                 if self.config.timing.pause_others:
-                    ev.quiet = lambda: self._quiet.window(exclude=ev.cand)
+                    ev.quiet = self._quiet.window
             cpu = self._timing_cpus.get(device)
             if cpu is not None and ev.cand is not None:
                 ref.process.pin({cpu})

@@ -26,7 +26,6 @@ from typing import Protocol
 class Pausable(Protocol):
     def suspend(self) -> None: ...
     def resume(self) -> None: ...
-    def paused_s(self) -> float: ...
     def close(self) -> None: ...
 
 
@@ -57,10 +56,11 @@ class QuietWindows:
                 self._cond.wait()
 
     @contextmanager
-    def window(self, exclude: Pausable | None = None) -> Iterator[int]:
-        """Stop every loading worker but ``exclude`` until the block ends; yields how many."""
+    def window(self) -> Iterator[int]:
+        """Stop every loading worker until the block ends (the timed pair's candidate has left
+        loading by then); yields how many."""
         with self._cond:
-            stopped = [w for w in self._loading if w is not exclude]
+            stopped = list(self._loading)
             for worker in stopped:
                 worker.suspend()
             self._windows.append(stopped)
@@ -81,8 +81,3 @@ class QuietWindows:
             while self._windows and (left := deadline - time.monotonic()) > 0:
                 self._cond.wait(left)
         worker.close()
-
-    @property
-    def open_windows(self) -> int:
-        with self._cond:
-            return len(self._windows)

@@ -74,21 +74,25 @@ def _refresh(sample: int, calls: int) -> int:
     return 3
 
 
+def _measure(ref: FakeEndpoint, cand: FakeEndpoint, cfg: TimingConfig, check=lambda *a: None, **kw):
+    """measure_paired on the endpoints' shared fake clock, with three input sets per sample."""
+    return measure_paired(ref, cand, cfg, check, _refresh, clock=ref.clock, **kw)
+
+
 def _cfg(**kw) -> TimingConfig:
-    base = dict(warmup_ms=1, min_samples=10, max_samples=400, budget_s=1e9, bootstrap_resamples=300, launch_samples=0)
+    base = dict(
+        warmup_ms=1, min_samples=10, max_samples=400, budget_s=1e9, bootstrap_resamples=300, launch_samples=0
+    )
     base.update(kw)
     return TimingConfig(**base)
 
 
 def test_two_times_faster_candidate_measures_two():
     clock = FakeClock()
-    out = measure_paired(
+    out = _measure(
         FakeEndpoint(clock, 2.0, noise=0.01, seed=1),
         FakeEndpoint(clock, 1.0, noise=0.01, seed=2),
         _cfg(),
-        lambda *a: None,
-        _refresh,
-        clock=clock,
         rng=random.Random(0),
     )
     assert abs(out.estimate.median - 2.0) < 0.02
@@ -99,26 +103,16 @@ def test_two_times_faster_candidate_measures_two():
 
 def test_tiny_kernels_are_batched_k_per_sample():
     clock = FakeClock()
-    out = measure_paired(
-        FakeEndpoint(clock, 0.01),
-        FakeEndpoint(clock, 0.01),
-        _cfg(max_samples=20),
-        lambda *a: None,
-        _refresh,
-        clock=clock,
-    )
+    out = _measure(FakeEndpoint(clock, 0.01), FakeEndpoint(clock, 0.01), _cfg(max_samples=20))
     assert out.calls_per_sample == 100  # K * 10 us = the 1 ms sample target
 
 
 def test_budget_stops_sampling():
     clock = FakeClock()
-    out = measure_paired(
+    out = _measure(
         FakeEndpoint(clock, 50.0, noise=0.5, seed=3),
         FakeEndpoint(clock, 50.0, noise=0.5, seed=4),
         _cfg(budget_s=2.0, target_rel_ci=1e-6),
-        lambda *a: None,
-        _refresh,
-        clock=clock,
     )
     assert out.stop_reason == "budget"
     assert len(out.ref_ms) < 400
@@ -132,13 +126,11 @@ def test_output_checks_happen_and_a_failure_stops_timing():
         seen.append(sample)
         return "wrong" if sample >= 3 else None
 
-    out = measure_paired(
+    out = _measure(
         FakeEndpoint(clock, 1.0),
         FakeEndpoint(clock, 1.0),
         _cfg(check_output_fraction=1.0),
-        check,
-        _refresh,
-        clock=clock,
+        check=check,
     )
     assert out.failures == ["wrong"]
     assert out.stop_reason == "output_check_failed"
@@ -148,13 +140,12 @@ def test_output_checks_happen_and_a_failure_stops_timing():
 def test_final_output_check_always_runs():
     clock = FakeClock()
     seen: list[int] = []
-    measure_paired(
+    _measure(
         FakeEndpoint(clock, 1.0),
         FakeEndpoint(clock, 1.0),
         _cfg(check_output_fraction=0.0, max_samples=12),
-        lambda s, d: seen.append(s),
-        _refresh,
-        clock=clock,
+        check=lambda s,
+        d: seen.append(s),
     )
     assert seen == [0, 10]  # the first sample, then one after all ten (noise-free: precision at ten)
 
@@ -168,13 +159,11 @@ def test_checks_and_refreshes_do_not_count_against_the_budget():
         clock.now += 10.0
         return None
 
-    out = measure_paired(
+    out = _measure(
         FakeEndpoint(clock, 50.0, noise=0.5, seed=3),
         FakeEndpoint(clock, 50.0, noise=0.5, seed=4),
         _cfg(budget_s=2.0, target_rel_ci=1e-6),
-        slow_check,
-        _refresh,
-        clock=clock,
+        check=slow_check,
     )
     assert out.stop_reason == "budget"
     assert len(out.ref_ms) >= 19  # 2 s of 2 x 50 ms pairs, the 10 s check not counted
@@ -183,14 +172,7 @@ def test_checks_and_refreshes_do_not_count_against_the_budget():
 
 def test_budget_waits_for_a_minimum_of_samples_within_three_budgets():
     clock = FakeClock()
-    out = measure_paired(
-        FakeEndpoint(clock, 400.0),
-        FakeEndpoint(clock, 400.0),
-        _cfg(budget_s=1.0),
-        lambda *a: None,
-        _refresh,
-        clock=clock,
-    )
+    out = _measure(FakeEndpoint(clock, 400.0), FakeEndpoint(clock, 400.0), _cfg(budget_s=1.0))
     assert out.stop_reason == "budget" and len(out.ref_ms) == 4  # 3 s of 0.8 s pairs: the hard stop
 
 
@@ -203,11 +185,7 @@ def test_every_sample_gets_fresh_inputs_sized_by_k():
         return min(calls, 64)
 
     out = measure_paired(
-        FakeEndpoint(clock, 0.01),
-        FakeEndpoint(clock, 0.01),
-        _cfg(max_samples=12),
-        lambda *a: None,
-        refresh,
+        FakeEndpoint(clock, 0.01), FakeEndpoint(clock, 0.01), _cfg(max_samples=12), lambda *a: None, refresh,
         clock=clock,
     )
     n = len(out.ref_ms)
@@ -218,13 +196,10 @@ def test_every_sample_gets_fresh_inputs_sized_by_k():
 def test_forged_worker_times_are_caught_by_the_trusted_clock():
     clock = FakeClock()
     # Candidate takes as long as the reference but reports a quarter of it.
-    out = measure_paired(
+    out = _measure(
         FakeEndpoint(clock, 1.0, noise=0.01),
         FakeEndpoint(clock, 1.0, reported_factor=0.25, noise=0.01),
         _cfg(),
-        lambda *a: None,
-        _refresh,
-        clock=clock,
     )
     assert out.estimate.median > 3.5
     timing, findings = _timing_verdict(out, "cpu", 0.10)
@@ -234,14 +209,7 @@ def test_forged_worker_times_are_caught_by_the_trusted_clock():
 
 def test_hidden_work_outside_the_worker_clock_is_flagged():
     clock = FakeClock()
-    out = measure_paired(
-        FakeEndpoint(clock, 2.0),
-        FakeEndpoint(clock, 1.0, hidden_ms=1.5),
-        _cfg(max_samples=30),
-        lambda *a: None,
-        _refresh,
-        clock=clock,
-    )
+    out = _measure(FakeEndpoint(clock, 2.0), FakeEndpoint(clock, 1.0, hidden_ms=1.5), _cfg(max_samples=30))
     timing, findings = _timing_verdict(out, "cpu", 0.10)
     assert findings and findings[0].code == "clock_disagreement"
     assert timing.speedup < 1.0  # 2 ms vs 2.5 ms of real time
@@ -249,14 +217,7 @@ def test_hidden_work_outside_the_worker_clock_is_flagged():
 
 def test_honest_candidate_is_not_flagged():
     clock = FakeClock()
-    out = measure_paired(
-        FakeEndpoint(clock, 2.0, noise=0.02),
-        FakeEndpoint(clock, 1.0, noise=0.02),
-        _cfg(),
-        lambda *a: None,
-        _refresh,
-        clock=clock,
-    )
+    out = _measure(FakeEndpoint(clock, 2.0, noise=0.02), FakeEndpoint(clock, 1.0, noise=0.02), _cfg())
     timing, findings = _timing_verdict(out, "cpu", 0.10)
     assert findings == []
     assert abs(timing.speedup - 2.0) < 0.05
@@ -266,24 +227,14 @@ def test_with_few_samples_every_sample_must_show_the_excess():
     """Slow calls leave few samples; a forger is still caught (every sample shows its excess),
     while one noisy sample of a clean kernel does not turn it into a slowdown."""
     clock = FakeClock()
-    forged = measure_paired(
+    forged = _measure(
         FakeEndpoint(clock, 400.0),
         FakeEndpoint(clock, 400.0, reported_factor=0.25),
         _cfg(budget_s=1.0),
-        lambda *a: None,
-        _refresh,
-        clock=clock,
     )
     assert len(forged.ref_ms) < 10
     assert [f.code for f in _timing_verdict(forged, "cpu", 0.10)[1]] == ["clock_disagreement"]
-    clean = measure_paired(
-        FakeEndpoint(clock, 400.0),
-        FakeEndpoint(clock, 400.0),
-        _cfg(budget_s=1.0),
-        lambda *a: None,
-        _refresh,
-        clock=clock,
-    )
+    clean = _measure(FakeEndpoint(clock, 400.0), FakeEndpoint(clock, 400.0), _cfg(budget_s=1.0))
     clean.cand_wall_ms[0] += 200.0  # one sample's host hiccup on the candidate's side
     timing, findings = _timing_verdict(clean, "cpu", 0.10)
     assert findings == [] and timing.speedup == pytest.approx(1.0)
@@ -320,8 +271,7 @@ def test_launches_are_queued_ahead_and_the_launch_inclusive_figure_is_measured_b
     few extra pairs with only the short lead give the launch-inclusive speedup."""
     clock = FakeClock()
     ref, cand = FakeEndpoint(clock, 0.2), FakeEndpoint(clock, 0.1)
-    out = measure_paired(ref, cand, _cfg(max_samples=12, launch_samples=4, lead_us=100), lambda *a: None,
-                         _refresh, clock=clock)
+    out = _measure(ref, cand, _cfg(max_samples=12, launch_samples=4, lead_us=100))
     k = out.calls_per_sample
     main_lead = 100 + 1.5 * k * 0.2 * 1000
     assert out.lead_us == pytest.approx(main_lead, rel=0.05)
@@ -333,13 +283,17 @@ def test_launches_are_queued_ahead_and_the_launch_inclusive_figure_is_measured_b
 
 
 def test_a_host_that_falls_behind_doubles_the_lead_and_is_counted():
+    """Only the main samples' lead grows; the launch-inclusive pairs keep the short one, where
+    the host is expected to fall behind."""
     clock = FakeClock()
     ref, cand = FakeEndpoint(clock, 1.0), FakeEndpoint(clock, 1.0)
     cand.host_ahead = False
-    out = measure_paired(ref, cand, _cfg(max_samples=5, min_samples=5), lambda *a: None, _refresh, clock=clock)
-    assert out.host_behind == 5
-    assert out.lead_us is not None and ref.leads[1] == pytest.approx(2 * ref.leads[0])
-    assert out.lead_us <= 4 * 25.0 * 1000
+    cfg = _cfg(max_samples=5, min_samples=5, launch_samples=3, lead_us=100, max_lead_ms=2.0)
+    out = _measure(ref, cand, cfg)
+    assert out.host_behind == 5  # the main samples only
+    assert ref.leads[1] == pytest.approx(2 * ref.leads[0])
+    assert out.lead_us == 4 * 2.0 * 1000  # doubling stops at 4 x max_lead_ms
+    assert ref.leads[5:8] == [100] * 3  # the launch-inclusive pairs
 
 
 class SideStreamEndpoint(FakeEndpoint):
@@ -353,13 +307,10 @@ class SideStreamEndpoint(FakeEndpoint):
 
 def test_hidden_work_that_a_long_lead_hides_is_caught_on_the_short_lead_pairs():
     clock = FakeClock()
-    out = measure_paired(
+    out = _measure(
         FakeEndpoint(clock, 2.0),
         SideStreamEndpoint(clock, 1.0),
         _cfg(max_samples=30, launch_samples=12, lead_us=100),
-        lambda *a: None,
-        _refresh,
-        clock=clock,
     )
     assert out.lead_us is not None and out.lead_us > 1000
     timing, findings = _timing_verdict(out, "cpu", 0.10)

@@ -44,8 +44,6 @@ from typing import Any, Protocol
 from cudal1.config import TimingConfig
 from cudal1.eval.timing import stats
 
-_LEAD_CAP_MS = 25.0  # doubling stops at 4 x this
-
 
 class Endpoint(Protocol):
     """One side of a paired measurement (a worker, or a fake in tests)."""
@@ -120,7 +118,10 @@ def measure_paired(
     started = clock()
     sample = 0
     while True:
-        digests = _sample(out, ref, cand, rtt, refresh(sample, k), rng, clock)
+        digests, behind = _sample(out, ref, cand, rtt, refresh(sample, k), rng, clock)
+        if behind and out.lead_us is not None:  # a host fell behind the spin: lengthen it
+            out.host_behind += 1
+            out.lead_us = min(2 * out.lead_us, 4000 * cfg.max_lead_ms)
         if _should_check(sample, out.checked, cfg, rng):
             _check(out, check, sample, digests)
         sample += 1
@@ -136,7 +137,8 @@ def measure_paired(
     )
     if not out.failures and cfg.host_ahead and cfg.launch_samples:
         # The other figure: a few pairs with the short lead only, where the GPU waits for the
-        # host of a launch-bound call (what the speedup was before host_ahead).
+        # host of a launch-bound call (what the speedup was before host_ahead); the lead stays
+        # short there, however far behind the host falls.
         launch = PairedOutcome(k, lead_us=cfg.lead_us)
         for extra in range(cfg.launch_samples):
             _sample(launch, ref, cand, rtt, refresh(sample + 1 + extra, k), rng, clock)
@@ -146,7 +148,7 @@ def measure_paired(
         out.launch = launch
     if not out.failures:
         # One more pair whose output is certainly checked, after all the samples (not recorded).
-        digests = _sample(PairedOutcome(k, lead_us=out.lead_us), ref, cand, rtt, refresh(sample, k), rng, clock)
+        digests, _ = _sample(PairedOutcome(k, lead_us=out.lead_us), ref, cand, rtt, refresh(sample, k), rng, clock)
         _check(out, check, sample, digests)
     return out
 
@@ -159,9 +161,10 @@ def _sample(
     n_sets: int,
     rng: random.Random,
     clock: Callable[[], float],
-) -> list[Any]:
+) -> tuple[list[Any], bool]:
     """One paired sample: both sides, in random order, K calls each from the same first set.
-    Returns the digests of the candidate's last output."""
+    Returns the digests of the candidate's last output, and whether a side's host fell behind
+    the lead."""
     first_set = rng.randrange(max(n_sets, 1))
     order = [(ref, False), (cand, True)]
     rng.shuffle(order)
@@ -173,7 +176,7 @@ def _sample(
         side.start(out.calls_per_sample, first_set, out.lead_us)
         worker_ms = side.finish()
         t1 = clock()
-        behind = behind or not getattr(side, "host_ahead", True)
+        behind = behind or not side.host_ahead
         wall = (t1 - t0) * 1000 - rtt[id(side)]
         out.sampling_s += t1 - t0
         k = out.calls_per_sample
@@ -182,10 +185,7 @@ def _sample(
         digests = side.digests()
         if is_cand:
             cand_digests = digests
-    if behind and out.lead_us is not None:
-        out.host_behind += 1
-        out.lead_us = min(2 * out.lead_us, 4000 * _LEAD_CAP_MS)
-    return cand_digests
+    return cand_digests, behind
 
 
 def _check(out: PairedOutcome, check: OutputCheck, sample: int, digests: list[Any]) -> None:
