@@ -2,9 +2,10 @@
 
 A worker that imports a candidate, runs nvcc for its ``load_inline`` or builds its ModelNew on the
 GPU does so beside the pair being timed. Its GPU work time-slices with the timed kernels, and its
-compilers load the host that launches them; either slows whichever side happens to be running,
-so launch-bound and sub-millisecond pairs scattered by several percent in a loaded batch
-(issue 10: A-vs-A read 0.93-1.07x where a quiet GPU gives 1.00). For the length of the sampling
+compilers load the host that launches them; either can slow whichever side happens to be running.
+(On the H100 this was not the main cause of the loaded batch's A-vs-A scatter: with the windows
+alone a launch-bound pair still read 1.31x, from the two sides' cores and processes launching at
+different speeds; see ``timing/paired.py``.) For the length of the sampling
 the pool stops those workers' process groups (SIGSTOP; their compilers too) and lets them go on
 afterwards; nothing else of the pool runs then except the two timed workers and the evaluator's
 clock. Stopped time does not count against their timeouts (``WorkerProcess.suspend``), and a

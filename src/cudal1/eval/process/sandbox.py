@@ -276,9 +276,9 @@ class WorkerProcess:
     def suspend(self) -> None:
         """Stop the worker's whole process group (SIGSTOP: its compiler children too) until the
         matching ``resume``; holds nest. The pool stops the workers that are building or loading
-        while a pair on the device is timed: their GPU work and their compilers' CPU load slowed
-        one side of a timed pair at random (issue 10: A-vs-A pairs read 0.93-1.07x in a loaded
-        batch). Time stopped does not count against the reply timeouts."""
+        while a pair on the device is timed (``eval/quiet.py``), so that their GPU work and their
+        compilers' CPU load run beside no timed sample. Time stopped does not count against the
+        reply timeouts."""
         with self._pause_lock:
             self._holds += 1
             if self._holds == 1:
