@@ -28,44 +28,41 @@ def test_torch_wrapping_its_own_functions_is_not_a_patch_but_a_replacement_is():
 # -- poisoned free memory ---------------------------------------------------------------------
 POISON_PROBE = """
 import torch
-from cudal1.eval.process.state import poison
-shape, nbytes = (256, 256), 256 * 256 * 4
-for _ in range(3):  # glibc serves this size from the heap once a freed mmap raised its threshold
-    torch.empty(*shape)
-torch.ones(*shape)  # a freed block full of ones: what a stale-memory hack would read back
-if {poison}:
-    poison(torch.device("cpu"), [nbytes])
-e = torch.empty(*shape)
-print(float(torch.isnan(e).float().mean()), float((e == 1).float().mean()))
+from cudal1.eval.process.state import poisoned
+for shape in [(256, 256), (64,), (4096, 4096)]:  # heap, a small bin, a fresh mmap
+    torch.ones(*shape)  # a freed block full of ones: what a stale-memory hack would read back
+    with poisoned(torch.device("cpu"), [4 * shape[0]]) if {poison} else torch.no_grad():
+        e = torch.empty(*shape)
+    print(float(torch.isnan(e).float().mean()), end=" ")
+print(float(torch.isnan(torch.empty(256, 256)).float().mean()))  # and off again afterwards
 """
 
 
-def test_poison_fills_the_block_the_allocator_hands_out_next():
+def test_poisoned_fills_every_cpu_allocation_during_the_call_and_none_after():
     """In a fresh process, as in a worker (pytest's own allocations make the heap unpredictable)."""
     import subprocess
     import sys
 
-    def run(poison: bool) -> tuple[float, float]:
+    def run(poison: bool) -> list[float]:
         out = subprocess.run(
             [sys.executable, "-c", POISON_PROBE.format(poison=poison)],
             capture_output=True,
             text=True,
             check=True,
         )
-        nan, ones = out.stdout.split()
-        return float(nan), float(ones)
+        return [float(v) for v in out.stdout.split()]
 
-    # Unpoisoned, the block is often (not always: glibc may consolidate or trim it) the freed ones.
-    assert run(True)[0] > 0.99  # poisoned, it comes back NaN (but for the free list's pointers)
+    assert run(True) == [1.0, 1.0, 1.0, 0.0]
+    assert run(False)[:3] != [1.0, 1.0, 1.0]  # unpoisoned, nothing fills them with NaN
 
 
 @pytest.mark.gpu
 def test_poison_on_gpu():
     import torch
 
-    from cudal1.eval.process.state import poison
+    from cudal1.eval.process.state import poisoned
 
     dev = torch.device("cuda")
     torch.ones(1024, 1024, device=dev)
-    poison(dev, [1024 * 1024 * 4])
-    assert bool(torch.isnan(torch.empty(1024, 1024, device=dev)).all())
+    with poisoned(dev, [1024 * 1024 * 4]):
+        assert bool(torch.isnan(torch.empty(1024, 1024, device=dev)).all())

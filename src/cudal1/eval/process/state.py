@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import hashlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -155,29 +156,48 @@ def side_streams(candidate: Any, model: Any) -> list[str]:
     return found
 
 
-def poison(device: torch.device, sizes: list[int], copies: int = 3, limit: int = 2**30) -> None:
-    """Fill the memory the allocator hands out next with all-ones bytes (NaN in every float dtype,
-    -1 in every integer one), so an output the candidate never wrote (``torch.empty``, a partial
-    write) fails the comparison instead of showing whatever a freed block held. Blocks sized like
-    the reference's outputs are filled and freed: CUDA's caching allocator gives such a block to the
-    next request of that size (after ``empty_cache``, only poisoned blocks are cached); glibc gives
-    the last freed chunk, and a second round lands on the heap once the first raised its mmap
-    threshold. Best effort: CPU blocks over glibc's largest mmap threshold (32 MiB) come fresh
-    from the kernel, zero-filled, and nothing stops a candidate allocating elsewhere."""
-    sizes = [n for n in sizes if n > 0][:16]
+M_PERTURB = -6  # glibc's mallopt parameter: fill every heap allocation with ~value's low byte
+
+
+@contextlib.contextmanager
+def poisoned(device: torch.device, sizes: list[int], copies: int = 2, limit: int = 2**30) -> Iterator[None]:
+    """Free memory filled with all-ones bytes (NaN in every float dtype, -1 in every integer one)
+    for the duration of a checked call, so an output the candidate never wrote (``torch.empty``, a
+    partial write) fails the comparison instead of showing whatever a freed block held.
+
+    CUDA: blocks sized like the reference's outputs are filled and freed after ``empty_cache``, so
+    the caching allocator hands a poisoned block to the next request of that size (best effort:
+    nothing stops a candidate allocating another size). CPU: glibc's ``M_PERTURB`` fills every
+    allocation it hands out, heap or fresh mmap, with 0xFF until the call ends (reusing freed
+    blocks, as this did before, depended on the heap's history and failed on some machines). Off
+    again afterwards, so timed calls pay no memset."""
     if device.type == "cuda":
+        sizes = [n for n in sizes if n > 0][:16]
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
-        rounds, copies = 1, 2
-    else:
-        rounds = 2
-    if sum(sizes) * copies > limit:
+        if sum(sizes) * copies <= limit:
+            blocks = [
+                torch.full((n,), 255, dtype=torch.uint8, device=device) for n in sizes for _ in range(copies)
+            ]
+            del blocks
+        yield
         return
-    for _ in range(rounds):
-        blocks = [
-            torch.full((n,), 255, dtype=torch.uint8, device=device) for n in sizes for _ in range(copies)
-        ]
-        del blocks
+    libc = _libc()
+    on = libc is not None and libc.mallopt(M_PERTURB, 0x100) == 1  # ~0x00 low byte: 0xFF fill
+    try:
+        yield
+    finally:
+        if on:
+            libc.mallopt(M_PERTURB, 0)
+
+
+def _libc() -> Any:
+    """glibc, whose ``mallopt`` knows ``M_PERTURB``; None elsewhere (musl has no mallopt)."""
+    try:
+        libc = ctypes.CDLL(None)
+        return libc if hasattr(libc, "mallopt") else None
+    except OSError:
+        return None
 
 
 def state_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:

@@ -14,6 +14,7 @@ fetched outputs.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib.util
 import os
@@ -334,15 +335,13 @@ class CandidateServer(WorkerServer):
         """A checked call whose outputs go back to the evaluator, which forwards them to the
         reference for comparison. The call gets its inputs at a new address (the stored ones
         stay alive, so id()/data_ptr() caches miss) unless ``fresh`` is off (the in-place
-        perturbation probe), after free memory is ``poison``ed (see ``state.poison``)."""
+        perturbation probe), with free memory ``poison``ed (see ``state.poisoned``)."""
         model = self.model_in(slot)
         inputs = self.inputs[key]
         if fresh:
             inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-        if poison:
-            state.poison(self.device, poison)
         threads, rng = threading.active_count(), state.rng_digest()
-        with torch.no_grad():
+        with state.poisoned(self.device, poison) if poison else contextlib.nullcontext(), torch.no_grad():
             out = model(*inputs)
             sync(self.device)
         observations = self._observe(out, inputs, threads, model)
