@@ -1,6 +1,7 @@
 """Which kind of worker process times slower? A-vs-A pairs outside the evaluator, one variable at a time.
 
     python benchmarks/pair_asymmetry.py [--tasks lb_mlp3 2_conv_block 1_gemm] [--samples 400]
+    python benchmarks/pair_asymmetry.py --device cpu --tasks 3_softmax --variants 'reference + prewarm + float64 twin (pool)' --repeats 8
 
 Each row times the task's own code in two worker processes with the evaluator's paired timing
 (``measure_paired``: fresh inputs per sample, random order, both sides pinned to one CPU) and
@@ -8,18 +9,23 @@ prints the median of ref/cand ratios. Side B is always a fresh candidate-kind wo
 task as ``ModelNew``; side A varies: another candidate-kind worker (the control), a reference
 worker built as the pool builds it, and reference workers with one of its steps left out. A row
 away from 1.000 where the control is at 1.000 names the step that slows one side's launches.
-Needs a GPU; prints a table.
+With ``--repeats N``, each row is N fresh pairs, and the table gives their scatter: the
+reproducibility floor that the evaluator's intervals add (``timing.reproducibility_floor`` on a
+GPU, ``reproducibility_floor_cpu`` on the CPU) is the 95% half-width it implies. Made for a GPU
+(``--device cpu`` times the CPU build of the bundled tasks); prints a table.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from rich.console import Console
 from rich.table import Table
@@ -85,9 +91,10 @@ def pair(
     a = start(task, init_args, device, cpu, extra_path, **variant)
     b = start(task, init_args, device, cpu, extra_path)
     try:
-        def refresh(sample: int, calls: int) -> int:
+        def refresh(sample: int, calls: int) -> int:  # in random order, as the evaluator makes them
+            sides = random.sample([a, b], 2)
             counts = [p.request(Command.REFRESH_INPUTS, seed=10_000 + sample, count=min(calls, 64), max_bytes=1 << 30)["count"]
-                      for p in (a, b)]
+                      for p in sides]
             return int(min(counts))
 
         cfg = TimingConfig(min_samples=samples, max_samples=samples, budget_s=1e6, target_rel_ci=1e-9,
@@ -113,6 +120,9 @@ def main() -> None:
     parser.add_argument("--device", default="cuda:0", help="cuda:N, or cpu for a smoke test")
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS), metavar="SIDE_A",
                         help="which kinds of side A (default: all)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="fresh process pairs per row; above 1, the table gives their scatter and the "
+                             "reproducibility floor it implies (timing.reproducibility_floor[_cpu])")
     args = parser.parse_args()
     size = "cpu" if args.device == "cpu" else "gpu"
     tasks = {t.name: t for t in bundled_tasks(size)} | launch_bound_tasks()
@@ -120,15 +130,32 @@ def main() -> None:
     Path(extra, f"{NO_TF32_ENTRY}.py").write_text(_NO_TF32)
     cpu = max(os.sched_getaffinity(0))
     os.sched_setaffinity(0, os.sched_getaffinity(0) - {cpu})
-    table = Table(title=f"A-vs-A by kind of side A ({args.samples} paired samples, both sides on CPU {cpu})")
-    for col in ("task", "side A", "K", "ratio A/B", "95% CI"):
+    title = f"A-vs-A by kind of side A ({args.samples} paired samples, both sides on CPU {cpu}"
+    table = Table(title=title + (f", {args.repeats} fresh pairs each)" if args.repeats > 1 else ")"))
+    cols = ["task", "side A", "K", "ratio A/B", "95% CI"]
+    if args.repeats > 1:  # the CI column then spans the fresh pairs' medians
+        cols[3:] = ["median ratio", "range of pairs", "sd %", "floor %"]
+    for col in cols:
         table.add_column(col, justify="left" if col in ("task", "side A") else "right")
     for name in args.tasks:
         for label in args.variants:
-            variant = VARIANTS[label]
-            med, lo, hi, k = pair(tasks[name], variant, args.samples, args.device, cpu, extra)
-            console.print(f"{name:14s} {label:45s} K={k:3d} {med:.4f} [{lo:.4f}, {hi:.4f}]")
-            table.add_row(name, label, str(k), f"{med:.4f}", f"[{lo:.4f}, {hi:.4f}]")
+            runs = []
+            for _ in range(args.repeats):
+                med, lo, hi, k = pair(tasks[name], VARIANTS[label], args.samples, args.device, cpu, extra)
+                console.print(f"{name:14s} {label:45s} K={k:3d} {med:.4f} [{lo:.4f}, {hi:.4f}]")
+                runs.append((med, lo, hi, k))
+            if args.repeats == 1:
+                table.add_row(name, label, str(k), f"{med:.4f}", f"[{lo:.4f}, {hi:.4f}]")
+                continue
+            logs = np.log([r[0] for r in runs])
+            sd = float(np.std(logs, ddof=1))
+            # The reproducibility floor this scatter asks for: the 95% half-width of one pair's
+            # median around the true 1.0, bias included (root mean square of the log ratios).
+            rms = float(np.sqrt(np.mean(logs**2)))
+            ks = sorted({r[3] for r in runs})
+            table.add_row(name, label, f"{ks[0]}-{ks[-1]}" if len(ks) > 1 else str(ks[0]), f"{np.exp(np.median(logs)):.4f}",
+                          f"[{np.exp(logs.min()):.4f}, {np.exp(logs.max()):.4f}]", f"{100 * sd:.2f}",
+                          f"{100 * 1.96 * rms:.2f}")
     console.print(table)
 
 

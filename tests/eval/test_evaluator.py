@@ -213,7 +213,9 @@ def test_pool_pins_its_own_threads_never_its_caller(task, fast_config, candidate
 
     caller = os.sched_getaffinity(0)
     general = {min(caller)}
-    monkeypatch.setattr(pool_module, "_split_cpus", lambda devices, cpus=None: (dict.fromkeys(devices, 0), general))
+    monkeypatch.setattr(
+        pool_module, "_split_cpus", lambda devices, cpus=None: (dict.fromkeys(devices, 0), general)
+    )
     with EvalPool(fast_config, workers=1, spares=0) as pool:
         result = pool.evaluate(task, candidate(RIGHT_BODY))
         assert os.sched_getaffinity(0) == caller
@@ -221,3 +223,15 @@ def test_pool_pins_its_own_threads_never_its_caller(task, fast_config, candidate
         assert mine and all(os.sched_getaffinity(t.native_id) == general for t in mine)
     assert result.ok, result.error
     assert os.sched_getaffinity(0) == caller
+
+
+def test_cpu_timing_interval_carries_the_cpu_reproducibility_floor(task, fast_config, candidate):
+    """On CPU the interval adds the floor measured between CPU processes, not the GPU's."""
+    timing = fast_config.timing.model_copy(
+        update={"reproducibility_floor": 0.0, "reproducibility_floor_cpu": 0.3}
+    )
+    result = _eval(task, candidate(RIGHT_BODY), fast_config.model_copy(update={"timing": timing}))
+    t = result.timing
+    assert t is not None and result.ok
+    assert t.speedup - t.ci_low >= 0.3 * t.speedup * 0.999
+    assert t.ci_high - t.speedup >= 0.3 * t.speedup * 0.999

@@ -59,7 +59,21 @@ class TimingConfig(StrictConfig):
             "repeated A-vs-A evaluations in fresh worker processes (sd 0.32% over 45 runs on the H200)"
         ),
     )
-    flush_l2_bytes: int = Field(256 * 2**20, ge=0, description="bytes written before each sample (GPU only)")
+    reproducibility_floor_cpu: float = Field(
+        0.04,
+        ge=0,
+        description=(
+            "the same floor on the CPU, where two processes running the same code differ more: "
+            "fresh reference/candidate pairs of the bundled CPU tasks on a 2-core EPYC VM scattered "
+            "by sd 0.8-1.1% and implied floors of 1.4-4.2% (benchmarks/pair_asymmetry.py --device cpu "
+            "--repeats 8)"
+        ),
+    )
+    flush_l2_bytes: int = Field(
+        256 * 2**20,
+        ge=0,
+        description="bytes written before each sample to flush the caches (on CPU at most twice the last-level cache)",
+    )
     lead_us: float = Field(
         100.0,
         ge=0,

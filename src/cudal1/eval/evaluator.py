@@ -261,9 +261,15 @@ class Evaluation:
 
     def _same_inputs(self, cmd: Command, label: str, **args: Any) -> dict[str, Any]:
         """Both workers make inputs (``cmd``) from the same arguments; their digests must agree.
-        Returns the reference's reply."""
-        want = self.reference(cmd, **args)
-        self.check_inputs(want["digest"], self.candidate(cmd, **args)["digest"], label)
+        Returns the reference's reply. In random order: the side that makes them last finds them
+        in the CPU's caches, and a fixed order favoured one side of the timed pair."""
+        if secrets.randbits(1):
+            want = self.reference(cmd, **args)
+            got = self.candidate(cmd, **args)
+        else:
+            got = self.candidate(cmd, **args)
+            want = self.reference(cmd, **args)
+        self.check_inputs(want["digest"], got["digest"], label)
         return want
 
     def check_inputs(self, want: list[Any], got: list[Any], key: str) -> None:
@@ -369,7 +375,9 @@ class Evaluation:
         assert self.cand is not None and self.ref is not None and self.correctness is not None
         cfg = self.config.timing
         if _device_type(self.device) != "cuda":  # no GPU queue to run ahead of: one figure
-            cfg = cfg.model_copy(update={"host_ahead": False})
+            cfg = cfg.model_copy(
+                update={"host_ahead": False, "reproducibility_floor": cfg.reproducibility_floor_cpu}
+            )
         keys = [f"time{i}" for i in range(self.config.timing_input_sets)]
         with self.phase("timing_inputs"):
             for key in keys:  # warm-up inputs; every timed sample gets fresh ones (refresh)

@@ -197,7 +197,9 @@ class WorkerServer:
             self.inputs[key] = [x.clone() if isinstance(x, torch.Tensor) else x for x in self.inputs[key]]
         release(self.device)
         self.warm_sets = self.timing_sets = [self.inputs[k] for k in keys]
-        if self.device.type == "cuda" and flush_bytes > 0:
+        if flush_bytes > 0:
+            if self.device.type != "cuda":
+                flush_bytes = min(flush_bytes, 2 * last_level_cache_bytes())
             self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=self.device)
         self.cycles_per_us = _spin_cycles(self.device, 1000.0) / 1000.0 if self.device.type == "cuda" else 0.0
         self.lead_cycles = int(self.cycles_per_us * lead_us)
@@ -238,13 +240,20 @@ class WorkerServer:
         return {"calls": calls, "ms": (time.perf_counter() - start) * 1000}
 
     def prepare(self) -> dict[str, Any]:
-        if self.device.type == "cuda":
-            # One untimed call first: it absorbs the GPU's switch from the other worker's context
-            # and the clock ramp. On the H200, without it, whichever side ran second in a pair
-            # was up to 35% slower, and the median of the paired ratios flipped between modes.
-            # Synchronised, so that no work of a candidate's spills from here into the next sample.
-            with torch.no_grad():
-                self.model(*self.warm_sets[0])
+        """Right before a sample, outside every clock."""
+        if self.device.type != "cuda":
+            # CPU: both sides start from caches that hold neither's data. Without this, the side
+            # that made its inputs last (the candidate: the reference makes them first) found them
+            # in cache, and identical code timed 3-8% faster as the candidate.
+            if self.flush_buffer is not None:
+                self.flush_buffer.zero_()
+            return {}
+        # One untimed call first: it absorbs the GPU's switch from the other worker's context
+        # and the clock ramp. On the H200, without it, whichever side ran second in a pair
+        # was up to 35% slower, and the median of the paired ratios flipped between modes.
+        # Synchronised, so that no work of a candidate's spills from here into the next sample.
+        with torch.no_grad():
+            self.model(*self.warm_sets[0])
         sync(self.device)
         return {}
 
@@ -410,6 +419,17 @@ def _spin_cycles(device: torch.device, lead_us: float) -> int:
     torch.cuda.synchronize()
     per_us = probe / max(begin.elapsed_time(end) * 1000, 1e-3)
     return max(1, int(per_us * lead_us))
+
+
+def last_level_cache_bytes(cpu: int = 0, default: int = 32 * 2**20) -> int:
+    """The size of the largest CPU cache ``cpu`` sees (Linux sysfs), or ``default`` where unknown."""
+    sizes = [default]
+    for index in Path(f"/sys/devices/system/cpu/cpu{cpu}/cache").glob("index*"):
+        with contextlib.suppress(OSError, ValueError):
+            text = (index / "size").read_text().strip().upper()
+            scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+            sizes.append(int(text.rstrip("KMG")) * scale)
+    return max(sizes) if len(sizes) > 1 else default
 
 
 def sync(device: torch.device) -> None:
