@@ -9,6 +9,8 @@ What is covered:
   in an empty private directory that is also its HOME, TMPDIR and Triton cache; environment
   variables other than ``SandboxConfig.keep_env`` (API keys among them) are not passed on;
 - core dumps are off, CPU time and (optionally) address space are limited;
+- the directory goes when the worker is closed; those of a run killed outright go when the
+  next run on the machine starts its first worker;
 - replies are decoded with ``wire`` (no pickle), so a worker cannot run code in the evaluator.
 
 What is not covered (needs an OS sandbox such as seccomp/landlock or a container):
@@ -22,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import resource
 import shutil
 import signal
@@ -42,6 +45,11 @@ log = logging.getLogger(__name__)
 
 
 CANDIDATE_ENTRY = "cudal1.eval.process.worker"
+# A sandbox is ``cudal1-ROLE-PID-XXXX`` in the temporary directory, PID the evaluator's: a run
+# killed with SIGKILL cannot remove its sandboxes (and on a GPU they hold built extensions), so
+# the next run removes those whose evaluator is gone.
+SANDBOX_NAME = re.compile(r"cudal1-(?:candidate|reference)-(\d+)-")
+_swept = threading.Event()
 
 
 class SandboxLimits(Protocol):
@@ -55,6 +63,32 @@ class SandboxLimits(Protocol):
     def cpu_time_limit_s(self) -> int | None: ...
     @property
     def keep_env(self) -> tuple[str, ...]: ...
+
+
+def remove_orphaned_sandboxes(root: Path) -> list[Path]:
+    """Remove the sandboxes under ``root`` whose evaluator process no longer exists; returns them.
+    A live evaluator's, another user's (no permission to signal it) and any directory not named
+    by ``WorkerProcess`` are kept."""
+    removed = []
+    for path in root.glob("cudal1-*-*-*"):
+        match = SANDBOX_NAME.match(path.name)
+        if match is None or not path.is_dir() or _process_exists(int(match.group(1))):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    if removed:
+        log.info("removed %d sandbox(es) of killed runs from %s", len(removed), root)
+    return removed
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class WorkerError(RuntimeError):
@@ -89,7 +123,10 @@ class WorkerProcess:
         self.config = config
         self.role = role
         self.cpus = cpus
-        self.dir = Path(tempfile.mkdtemp(prefix=f"cudal1-{role}-"))
+        if not _swept.is_set():
+            _swept.set()
+            remove_orphaned_sandboxes(Path(tempfile.gettempdir()))
+        self.dir = Path(tempfile.mkdtemp(prefix=f"cudal1-{role}-{os.getpid()}-"))
         self.log_path = self.dir / "worker.log"
         parent_sock, child_sock = socket.socketpair()
         env = self._environment(extra_env or {})
