@@ -3,15 +3,18 @@ stopped time does not count against their timeouts."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from cudal1.config import SandboxConfig
-from cudal1.eval.pool import EvalPool
+from cudal1.eval.pool import EvalPool, SparePool
 from cudal1.eval.process.protocol import Command
 from cudal1.eval.process.sandbox import WorkerProcess
-from cudal1.eval.quiet import QuietWindows
+from cudal1.eval.quiet import WINDOW_SWITCH_INTERVAL_S, QuietWindows
 from cudal1.schema import EvalRequest
 
 
@@ -64,6 +67,36 @@ def test_windows_nest_and_leaving_waits_for_the_other_devices_window():
     assert left.is_set() and w.holds == 0
 
 
+def test_inside_windows_the_gil_changes_hands_quickly():
+    """The trusted clock's thread gets the GIL within the short interval while any window is open."""
+    quiet = QuietWindows()
+    before = sys.getswitchinterval()
+    assert before > WINDOW_SWITCH_INTERVAL_S
+    with quiet.window():
+        with quiet.window():
+            assert sys.getswitchinterval() == pytest.approx(WINDOW_SWITCH_INTERVAL_S)
+        assert sys.getswitchinterval() == pytest.approx(WINDOW_SWITCH_INTERVAL_S)  # the outer window is open
+    assert sys.getswitchinterval() == before
+
+
+def test_a_spare_worker_starting_is_stopped_by_a_window(fast_config):
+    """A spare's interpreter and torch import stand still while a pair is sampled."""
+    quiet = QuietWindows()
+    spares = SparePool(fast_config, 0, quiet=quiet)
+    with quiet.window():
+        started: list[WorkerProcess] = []
+        t = threading.Thread(target=lambda: started.append(spares._start()))
+        t.start()
+        t.join(3)
+        assert t.is_alive()  # stopped by the window before it could say it is ready
+    t.join(120)
+    (worker,) = started
+    try:
+        assert worker.ready and worker.alive
+    finally:
+        worker.close()
+
+
 def test_workers_are_closed_between_windows():
     quiet = QuietWindows(close_wait_s=30)
     w = FakeWorker()
@@ -103,7 +136,8 @@ def test_the_pool_stops_a_loading_candidate_while_another_is_timed(task, fast_co
     quick = candidate("        return torch.relu(self.lin(x))")
     with EvalPool(fast_config, workers=2, spares=0) as pool:
         results = dict(
-            (req.source, res) for req, res in pool.evaluate_many([EvalRequest(task, slow), EvalRequest(task, quick)])
+            (req.source, res)
+            for req, res in pool.evaluate_many([EvalRequest(task, slow), EvalRequest(task, quick)])
         )
     assert results[slow].ok and results[quick].ok, (results[slow].error, results[quick].error)
     assert results[quick].environment["workers_paused_while_timed"] == 1

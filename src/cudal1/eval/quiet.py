@@ -17,11 +17,18 @@ and processes outside the pool (another program on the machine) are not stopped.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Protocol
+
+# The trusted clock is a thread of the evaluator: when a timed worker replies, that thread waits
+# for the GIL, which another of the pool's threads (static checks, bootstraps of the next
+# candidate) may hold for the whole default interval of 5 ms. Inside a window it is handed over
+# after this long instead.
+WINDOW_SWITCH_INTERVAL_S = 5e-5
 
 
 class Pausable(Protocol):
@@ -38,6 +45,7 @@ class QuietWindows:
         self._loading: list[Pausable] = []
         self._windows: list[list[Pausable]] = []  # per open window, the workers it stopped
         self._close_wait_s = close_wait_s
+        self._switch_interval = sys.getswitchinterval()
 
     def enter_loading(self, worker: Pausable) -> None:
         """``worker`` now imports, builds or loads a candidate outside any device lock."""
@@ -64,12 +72,17 @@ class QuietWindows:
             stopped = list(self._loading)
             for worker in stopped:
                 worker.suspend()
+            if not self._windows:
+                self._switch_interval = sys.getswitchinterval()
+                sys.setswitchinterval(WINDOW_SWITCH_INTERVAL_S)
             self._windows.append(stopped)
         try:
             yield len(stopped)
         finally:
             with self._cond:
                 self._windows.remove(stopped)
+                if not self._windows:
+                    sys.setswitchinterval(self._switch_interval)
                 for worker in stopped:
                     worker.resume()
                 self._cond.notify_all()
