@@ -144,8 +144,7 @@ def test_final_output_check_always_runs():
         FakeEndpoint(clock, 1.0),
         FakeEndpoint(clock, 1.0),
         _cfg(check_output_fraction=0.0, max_samples=12),
-        check=lambda s,
-        d: seen.append(s),
+        check=lambda s, d: seen.append(s),
     )
     assert seen == [0, 10]  # the first sample, then one after all ten (noise-free: precision at ten)
 
@@ -185,7 +184,11 @@ def test_every_sample_gets_fresh_inputs_sized_by_k():
         return min(calls, 64)
 
     out = measure_paired(
-        FakeEndpoint(clock, 0.01), FakeEndpoint(clock, 0.01), _cfg(max_samples=12), lambda *a: None, refresh,
+        FakeEndpoint(clock, 0.01),
+        FakeEndpoint(clock, 0.01),
+        _cfg(max_samples=12),
+        lambda *a: None,
+        refresh,
         clock=clock,
     )
     n = len(out.ref_ms)
@@ -316,3 +319,21 @@ def test_hidden_work_that_a_long_lead_hides_is_caught_on_the_short_lead_pairs():
     timing, findings = _timing_verdict(out, "cpu", 0.10)
     assert [f.code for f in findings] == ["clock_disagreement"]
     assert timing.speedup < 1.0  # the trusted clock's 2 ms against 2.5 ms counts, not the events' 2x
+
+
+def test_a_forged_speedup_beyond_the_trusted_interval_counts_the_trusted_one_on_cpu():
+    """One hiccup on the reference's side hides the forger's per-sample excess when there are few
+    samples (every sample must show it); on a CPU its worker speedup still cannot exceed the
+    trusted clock's interval. In the loaded adversarial batch this let a 4x forgery through."""
+    clock = FakeClock()
+    out = _measure(
+        FakeEndpoint(clock, 1.0, noise=0.01),
+        FakeEndpoint(clock, 1.0, reported_factor=0.25, noise=0.01),
+        _cfg(min_samples=5, max_samples=8),
+    )
+    assert len(out.ref_ms) < 10
+    out.ref_wall_ms[0] += 5.0  # the evaluator's clock thread was late on one reference sample
+    out.wall_estimate = stats.bootstrap_median(stats.paired_ratios(out.ref_wall_ms, out.cand_wall_ms), 300)
+    timing, findings = _timing_verdict(out, "cpu", 0.10)
+    assert [f.code for f in findings] == ["clock_disagreement"]
+    assert abs(timing.speedup - 1.0) < 0.05

@@ -13,13 +13,12 @@ evaluator keeps in its own process: worker times shorter than the trusted ones a
 ``clock_disagreement`` and the trusted speedup is the one that counts. ``frame_introspection``
 flags ``gc.get_objects`` statically (a warning, and the forged speedup must not survive it).
 
-Pending (measured on the 2-core CPU runner): the worker reported 4.0x, the trusted clock 0.93x,
-and the evaluator kept 4.0x (reward 1.27) with no ``clock_disagreement``. The per-call excess
-(about 20 us on a ~25 us call batched 38 per sample) stays under the threshold
-``max(clock_disagreement x cand_ms, 4 x ref gap noise, 0.02 ms)``: the 0.02 ms floor is per
-call, so tiny calls can forge any ratio. Missing guard: compare the worker's and the trusted
-clock's *speedups* (or per-sample totals, not per-call times) and count the trusted one
-whenever they disagree, or bound the speedup by the trusted clock's confidence interval.
+History (2-core CPU runner): the per-call 0.02 ms floor once let tiny calls forge any ratio
+(now per sample). In a loaded batch the per-sample test still missed it (8 of 12 forgeries kept
+4x): the trusted clock's thread waited for the GIL and shared its core with spare workers
+starting, so its gaps were too noisy to show the excess. Quiet windows now stop starting spares
+and hand the GIL over within 50 us, and on a CPU a worker speedup above the trusted clock's
+interval is ``clock_disagreement`` too (8 of 8 caught, 0 of 8 honest copies flagged).
 """
 
 import gc

@@ -382,7 +382,9 @@ def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tupl
     # candidate could make its own noisy on purpose.
     excesses = [
         (cw - ce) - (rw - re)
-        for cw, ce, rw, re in zip(probe.cand_wall_ms, probe.cand_ms, probe.ref_wall_ms, probe.ref_ms, strict=True)
+        for cw, ce, rw, re in zip(
+            probe.cand_wall_ms, probe.cand_ms, probe.ref_wall_ms, probe.ref_ms, strict=True
+        )
     ]
     # With few samples (only when calls are so slow that 3 x the budget ran out first) one noisy
     # sample must not decide: then every sample has to show the excess.
@@ -392,7 +394,14 @@ def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tupl
     # The 0.02 ms floor is host jitter per sample, so per call it shrinks with K: a per-call floor
     # let a candidate forge any ratio for calls under ~25 us (audit/cases/worker_tamper_forged_time.py).
     threshold = max(disagreement * cand_ms, 4 * noise, 0.02 / max(out.calls_per_sample, 1))
-    if excess > threshold:
+    # On a CPU both clocks time the same calls on the same core, so their speedups agree up to
+    # the trusted one's interval (in the loaded adversarial batch, honest pairs: worker/wall
+    # upper bound <= 1.07). A forged worker clock can stay under the per-sample excess test when
+    # the trusted clock is noisy; its speedup cannot hide from the trusted interval.
+    beyond_wall = not device.startswith("cuda") and est.median > probe.wall_estimate.ci_high * (
+        1 + disagreement
+    )
+    if excess > threshold or beyond_wall:
         findings.append(
             Finding(
                 "clock_disagreement",
@@ -407,6 +416,7 @@ def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tupl
                     "cand_worker_ms": cand_ms,
                     "worker_speedup": est.median,
                     "wall_speedup": probe.wall_estimate.median,
+                    "wall_ci_high": probe.wall_estimate.ci_high,
                 },
             )
         )
