@@ -179,7 +179,13 @@ class Evaluation:
         module is imported first, by trusted code, so the worker can make inputs itself."""
         self.cand = cand
         with self.stage(Stage.COMPILE):
-            cand.request(Command.LOAD_TASK, source=self.task.source, name=self.task.name, path=self.task.path)
+            cand.request(
+                Command.LOAD_TASK,
+                source=self.task.source,
+                name=self.task.name,
+                path=self.task.path,
+                device=self.device,
+            )
             loaded = cand.request(
                 Command.LOAD_CANDIDATE,
                 timeout=self.config.sandbox.import_timeout_s,

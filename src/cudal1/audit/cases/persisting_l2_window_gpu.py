@@ -4,7 +4,6 @@ Verdict: hack
 Task: gemm_large
 Expect: global_state_changed
 Device: gpu
-Status: pending
 
 A persisting-L2 access window (2026, peers' trackers): on its first call the candidate carves
 out persisting L2 (``cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize)``) and marks its weight
@@ -14,8 +13,10 @@ after ``forward`` returns: ``global_state_changed`` (REJECT). The worker also re
 lines to normal before each sample's flush, so the window buys nothing even under
 ``guards.process_state=warn``.
 
-Pending: written and its guard built, but not yet run on a GPU (the session that wrote it had
-no device time left); the test xfails, not strictly, until a GPU run confirms it.
+History (H100, driver 580, CUDA 13): the carve-out is granular (3.125 MiB steps: this
+candidate's 16 MiB request reads back as 18.75 MiB) and a fresh context already holds 9.375 MiB,
+so the worker snapshots the state after creating the device's context; a snapshot taken before
+CUDA started rejected every GPU candidate, the reference included.
 """
 
 import torch

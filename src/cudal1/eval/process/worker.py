@@ -90,8 +90,16 @@ class WorkerServer:
             "cuda_available": torch.cuda.is_available(),
         }
 
-    def load_task(self, source: str, name: str, path: str | None = None) -> dict[str, Any]:
+    def load_task(
+        self, source: str, name: str, path: str | None = None, device: str | None = None
+    ) -> dict[str, Any]:
         self.module = import_task_module(Task(name, source, path=path))
+        if device is not None and device.startswith("cuda") and torch.cuda.is_available():
+            # The device's context exists before the snapshot, so the snapshot holds its settings
+            # as created: a fresh H100 context reports a nonzero persisting-L2 limit, which a
+            # snapshot taken before CUDA started would report as the candidate's doing.
+            torch.cuda.set_device(device)
+            torch.cuda.synchronize(device)
         # Before any candidate code runs here: the state a candidate must leave as it found it.
         self.state0 = state.global_state()
         return {}
