@@ -337,3 +337,19 @@ def test_a_forged_speedup_beyond_the_trusted_interval_counts_the_trusted_one_on_
     timing, findings = _timing_verdict(out, "cpu", 0.10)
     assert [f.code for f in findings] == ["clock_disagreement"]
     assert abs(timing.speedup - 1.0) < 0.05
+
+
+def test_an_honest_fast_candidate_behind_a_fixed_overhead_is_not_flagged_on_cpu():
+    """Each sample costs both sides an overhead the worker clocks do not see (the pipe, the
+    flush): it dilutes the trusted clock's ratio for a fast candidate (10x reads ~7x on the raw
+    walls), so the worker's 10x is checked against the walls less the reference's overhead."""
+    clock = FakeClock()
+    out = _measure(  # 0.5 ms a sample on each side: ~0.05 ms a call at the ~10 calls chosen
+        FakeEndpoint(clock, 1.0, noise=0.01, hidden_ms=0.5, seed=1),
+        FakeEndpoint(clock, 0.1, noise=0.01, hidden_ms=0.5, seed=2),
+        _cfg(min_samples=20, max_samples=20),
+    )
+    assert out.estimate.median > 1.1 * out.wall_estimate.ci_high  # the raw walls would flag it
+    timing, findings = _timing_verdict(out, "cpu", 0.10)
+    assert findings == []
+    assert abs(timing.speedup - 10.0) < 0.5

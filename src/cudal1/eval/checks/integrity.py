@@ -363,6 +363,20 @@ def probe_finding(code: str, severity: Severity, message: str, evidence: dict[st
 
 
 CLOCK_MIN_SAMPLES = 10
+NET_WALL_RESAMPLES = 500
+
+
+def _net_wall_estimate(probe: PairedOutcome, ref_gap: float) -> stats.RatioEstimate:
+    """The trusted clock's speedup with the reference's median overhead per call taken off both
+    sides' wall times: what the worker clocks should read, where both time the same calls.
+    Samples the overhead covers entirely drop out (an honest candidate that fast cannot be
+    told from its overhead, so it is not flagged)."""
+    return stats.bootstrap_median(
+        stats.paired_ratios(
+            [w - ref_gap for w in probe.ref_wall_ms], [w - ref_gap for w in probe.cand_wall_ms]
+        ),
+        NET_WALL_RESAMPLES,
+    )
 
 
 def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tuple[Timing, list[Finding]]:
@@ -394,13 +408,15 @@ def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tupl
     # The 0.02 ms floor is host jitter per sample, so per call it shrinks with K: a per-call floor
     # let a candidate forge any ratio for calls under ~25 us (audit/cases/worker_tamper_forged_time.py).
     threshold = max(disagreement * cand_ms, 4 * noise, 0.02 / max(out.calls_per_sample, 1))
-    # On a CPU both clocks time the same calls on the same core, so their speedups agree up to
-    # the trusted one's interval (in the loaded adversarial batch, honest pairs: worker/wall
-    # upper bound <= 1.07). A forged worker clock can stay under the per-sample excess test when
-    # the trusted clock is noisy; its speedup cannot hide from the trusted interval.
-    beyond_wall = not device.startswith("cuda") and est.median > probe.wall_estimate.ci_high * (
-        1 + disagreement
+    # On a CPU both clocks time the same calls on the same core, so the worker's speedup agrees
+    # with the trusted clock's once both sides' walls lose the fixed overhead per call that the
+    # trusted reference shows (its gap; uncorrected, that overhead read an honest 6.3x as 4.8-5.4x
+    # on the wall). A forged worker clock can stay under the per-sample excess test when the
+    # trusted clock is noisy; its speedup cannot hide from this interval.
+    net_wall = (
+        _net_wall_estimate(probe, ref_gap) if not device.startswith("cuda") else None
     )
+    beyond_wall = net_wall is not None and est.median > net_wall.ci_high * (1 + disagreement)
     if excess > threshold or beyond_wall:
         findings.append(
             Finding(
@@ -416,7 +432,7 @@ def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tupl
                     "cand_worker_ms": cand_ms,
                     "worker_speedup": est.median,
                     "wall_speedup": probe.wall_estimate.median,
-                    "wall_ci_high": probe.wall_estimate.ci_high,
+                    "net_wall_ci_high": net_wall.ci_high if net_wall is not None else None,
                 },
             )
         )
