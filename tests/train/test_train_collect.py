@@ -55,15 +55,17 @@ def test_collect_from_two_models_with_kill_and_resume(tmp_path: Path, eval_confi
 
 def test_cli_collect_with_a_scripted_model(tmp_path: Path, eval_config: dict[str, Any]) -> None:
     replies = tmp_path / "replies.yaml"
-    replies.write_text(yaml.safe_dump([GOOD.replace("{i}", "1"), GOOD.replace("{i}", "2")]))
+    wrong = GOOD.replace("{i}", "2").replace("F.gelu(x)", "F.relu(x)")
+    replies.write_text(yaml.safe_dump([GOOD.replace("{i}", "1"), wrong]))
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml.safe_dump(config(eval_config).model_dump(mode="json")))
     run = tmp_path / "run"
     args = ["collect", GELU.name, "--llm", f"scripted:{replies}", "--out", str(run), "--config", str(cfg)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert f"{GELU.name}: 2 evaluated, 2 correct" in result.output
+    assert f"{GELU.name}: 2 evaluated, 1 correct" in result.output
     assert result.output.count(f"s] {GELU.name} ") == 2  # progress: a line per finished evaluation
+    assert "not ok: correctness stage: input set 1/2: output differs" in result.output  # and why
     no_model = CliRunner().invoke(
         app, ["collect", GELU.name, "--out", str(tmp_path / "x"), "--config", str(cfg)]
     )

@@ -34,6 +34,7 @@ from cudal1.search.contrastive import (
     device_seconds,
     evaluate_and_record,
     store_reply,
+    why_not_ok,
 )
 from cudal1.search.database import CandidateDB, CandidateRow, Provenance
 from cudal1.search.optimize import (
@@ -234,6 +235,9 @@ class _Collector:
             round=row.round,
             ok=result.ok,
             speedup=result.speedup,
+            ci_low=result.timing.ci_low if result.ok and result.timing else None,
+            ci_high=result.timing.ci_high if result.ok and result.timing else None,
+            error=None if result.ok else why_not_ok(result),
             best_speedup=best.speedup if best else None,
             best_label=best.label if best else None,
             done=_done(self.db, task.name),
