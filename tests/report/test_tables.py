@@ -3,9 +3,11 @@ priority columns dropped in their stated order and named in the caption; Markdow
 
 from __future__ import annotations
 
+import dataclasses
+
 from rich.console import Console, RenderableType
 
-from cudal1.report.runs import RunSummary, TaskSummary, render_run_markdown, render_run_summary
+from cudal1.report.runs import RunSummary, TaskSummary, render_run_markdown, render_run_summary, run_table
 from cudal1.report.tables import Col, TableSpec, fit_columns, to_markdown, to_rich
 from cudal1.report.terminal import render_eval_result
 from cudal1.report.verify import render_rows, render_summary, summarize
@@ -112,3 +114,18 @@ def test_to_rich_names_dropped_columns_in_its_caption() -> None:
     spec = TableSpec("t", (Col("keep" * 10), Col("extra", drop=1)), (("v" * 70, "w" * 20),), caption="c")
     text = render(to_rich(spec, 80))
     assert "not shown at this width: extra" in " ".join(text.split()) and "w" * 20 not in text
+
+
+def test_no_two_columns_of_the_quick_start_table_share_a_heading_at_80_columns() -> None:
+    """The quick start's table at 80 columns dropped ``ref ms`` and kept ``kept ms`` under its
+    short heading ``kept``, beside the ``kept`` column: two columns a reader could not tell apart."""
+    quick = dataclasses.replace(
+        SUMMARY,
+        tasks=(
+            task("3_softmax", "no faster variant found", None, None),
+            task("2_conv_bn_relu", "no faster variant found", None, None),
+            task("4_transformer_block", "no faster variant found", "cudnn-benchmark", 0.979),
+        ),
+    )
+    _, headings, _ = fit_columns(run_table(quick), 80)
+    assert len(headings) == len(set(headings)), headings

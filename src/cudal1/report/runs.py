@@ -194,7 +194,7 @@ RUN_COLUMNS = (
     Col("speedup [95% CI]", "speedup", right=True, wrap=True),
     Col("best tried, not kept", "tried", drop=3, wrap=True),
     Col("ref ms", "ref", drop=4, right=True),
-    Col("kept ms", "kept", drop=4, right=True),
+    Col("kept ms", drop=4, right=True),
     Col("evaluated", "evals", drop=5, right=True),
     Col("#correct", "ok", drop=5, right=True),
 )
