@@ -79,6 +79,19 @@ def test_inside_windows_the_gil_changes_hands_quickly():
     assert sys.getswitchinterval() == before
 
 
+def test_windows_of_two_pools_closing_out_of_order_restore_the_switch_interval():
+    """The interval is the process's: the second pool's window must not save the short one."""
+    first, second = QuietWindows(), QuietWindows()
+    before = sys.getswitchinterval()
+    a, b = first.window(), second.window()
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)
+    assert sys.getswitchinterval() == pytest.approx(WINDOW_SWITCH_INTERVAL_S)  # b is still open
+    b.__exit__(None, None, None)
+    assert sys.getswitchinterval() == before
+
+
 def test_a_spare_worker_starting_is_stopped_by_a_window(fast_config):
     """A spare's interpreter and torch import stand still while a pair is sampled."""
     quiet = QuietWindows()

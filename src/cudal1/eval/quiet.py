@@ -31,6 +31,34 @@ from typing import Protocol
 WINDOW_SWITCH_INTERVAL_S = 5e-5
 
 
+class _SwitchInterval:
+    """The interpreter's switch interval is one per process, and several pools may open windows
+    at once: it is short while any window of any pool is open, and what it was before after."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open = 0
+        self._saved = sys.getswitchinterval()
+
+    @contextmanager
+    def short(self) -> Iterator[None]:
+        with self._lock:
+            if self._open == 0:
+                self._saved = sys.getswitchinterval()
+                sys.setswitchinterval(WINDOW_SWITCH_INTERVAL_S)
+            self._open += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._open -= 1
+                if self._open == 0:
+                    sys.setswitchinterval(self._saved)
+
+
+_SWITCH = _SwitchInterval()
+
+
 class Pausable(Protocol):
     def suspend(self) -> None: ...
     def resume(self) -> None: ...
@@ -45,7 +73,6 @@ class QuietWindows:
         self._loading: list[Pausable] = []
         self._windows: list[list[Pausable]] = []  # per open window, the workers it stopped
         self._close_wait_s = close_wait_s
-        self._switch_interval = sys.getswitchinterval()
 
     def enter_loading(self, worker: Pausable) -> None:
         """``worker`` now imports, builds or loads a candidate outside any device lock."""
@@ -72,17 +99,13 @@ class QuietWindows:
             stopped = list(self._loading)
             for worker in stopped:
                 worker.suspend()
-            if not self._windows:
-                self._switch_interval = sys.getswitchinterval()
-                sys.setswitchinterval(WINDOW_SWITCH_INTERVAL_S)
             self._windows.append(stopped)
         try:
-            yield len(stopped)
+            with _SWITCH.short():
+                yield len(stopped)
         finally:
             with self._cond:
                 self._windows.remove(stopped)
-                if not self._windows:
-                    sys.setswitchinterval(self._switch_interval)
                 for worker in stopped:
                     worker.resume()
                 self._cond.notify_all()
