@@ -397,11 +397,7 @@ class Search:
             id=row.id,
             label=row.label,
             round=row.round,
-            ok=result.ok,
-            speedup=result.speedup,
-            ci_low=result.timing.ci_low if result.ok and result.timing else None,
-            ci_high=result.timing.ci_high if result.ok and result.timing else None,
-            error=None if result.ok else why_not_ok(result),
+            **result_fields(result),
             best_speedup=best.speedup if best else None,
             best_label=best.label if best else None,
             done=self._done(task),
@@ -429,6 +425,19 @@ async def evaluate_and_record(
     verdict = f"{result.speedup:.3f}x" if result.speedup is not None else f"not ok: {why_not_ok(result)}"
     log.info("%s #%d %s (round %d, step %s): %s", task.name, row.id, row.label, row.round, row.step, verdict)
     return result
+
+
+def result_fields(result: EvalResult) -> dict[str, Any]:
+    """What an ``evaluated`` event says of a result: its verdict and speedup, the interval of a
+    verified one, and why another is not ok."""
+    timing = result.timing if result.ok else None
+    return {
+        "ok": result.ok,
+        "speedup": result.speedup,
+        "ci_low": timing.ci_low if timing else None,
+        "ci_high": timing.ci_high if timing else None,
+        "error": None if result.ok else why_not_ok(result),
+    }
 
 
 def why_not_ok(result: EvalResult) -> str:

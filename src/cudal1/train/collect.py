@@ -33,8 +33,8 @@ from cudal1.search.contrastive import (
     ProgressCallback,
     device_seconds,
     evaluate_and_record,
+    result_fields,
     store_reply,
-    why_not_ok,
 )
 from cudal1.search.database import CandidateDB, CandidateRow, Provenance
 from cudal1.search.optimize import (
@@ -233,11 +233,7 @@ class _Collector:
             id=row.id,
             label=row.label,
             round=row.round,
-            ok=result.ok,
-            speedup=result.speedup,
-            ci_low=result.timing.ci_low if result.ok and result.timing else None,
-            ci_high=result.timing.ci_high if result.ok and result.timing else None,
-            error=None if result.ok else why_not_ok(result),
+            **result_fields(result),
             best_speedup=best.speedup if best else None,
             best_label=best.label if best else None,
             done=_done(self.db, task.name),

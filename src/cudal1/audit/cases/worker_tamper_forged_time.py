@@ -17,8 +17,10 @@ History (2-core CPU runner): the per-call 0.02 ms floor once let tiny calls forg
 (now per sample). In a loaded batch the per-sample test still missed it (8 of 12 forgeries kept
 4x): the trusted clock's thread waited for the GIL and shared its core with spare workers
 starting, so its gaps were too noisy to show the excess. Quiet windows now stop starting spares
-and hand the GIL over within 50 us, and on a CPU a worker speedup above the trusted clock's
-interval is ``clock_disagreement`` too (8 of 8 caught, 0 of 8 honest copies flagged).
+and hand the GIL over within 50 us, and on a CPU a worker speedup above the interval of the
+trusted walls less the reference's overhead per call is ``clock_disagreement`` too (in a loaded
+batch: 24 of 24 forgeries caught, 0 of 24 honest ~7x candidates flagged; on the raw walls the
+overhead diluted honest fast ones, and 3 of 6 were flagged).
 """
 
 import gc

@@ -413,9 +413,7 @@ def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tupl
     # trusted reference shows (its gap; uncorrected, that overhead read an honest 6.3x as 4.8-5.4x
     # on the wall). A forged worker clock can stay under the per-sample excess test when the
     # trusted clock is noisy; its speedup cannot hide from this interval.
-    net_wall = (
-        _net_wall_estimate(probe, ref_gap) if not device.startswith("cuda") else None
-    )
+    net_wall = _net_wall_estimate(probe, ref_gap) if not device.startswith("cuda") else None
     beyond_wall = net_wall is not None and est.median > net_wall.ci_high * (1 + disagreement)
     if excess > threshold or beyond_wall:
         findings.append(
