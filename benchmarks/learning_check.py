@@ -51,9 +51,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tiny_policy import build_policy  # noqa: E402
 
 from cudal1.config import GRPOStageConfig, OptimizeConfig, SFTStageConfig  # noqa: E402
+from cudal1.run.database import CandidateDB  # noqa: E402
+from cudal1.run.directory import DB_FILE  # noqa: E402
 from cudal1.schema import Task  # noqa: E402
-from cudal1.search.database import CandidateDB  # noqa: E402
-from cudal1.search.optimize import DB_FILE, optimize  # noqa: E402
+from cudal1.search.optimize import optimize  # noqa: E402
 from cudal1.search.parsing import extract  # noqa: E402
 from cudal1.search.prompts import prompt_hash, render_generation_prompt  # noqa: E402
 from cudal1.tasks import bundled_tasks  # noqa: E402

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cudal1.schema import Task
-from cudal1.search.contrastive import seed_candidates
 from cudal1.search.prompts import Exemplar, render_contrastive_prompt, render_generation_prompt
+from cudal1.search.seeds import seed_candidates
 from cudal1.train.datasets import format_answer
 from cudal1.train.tiny_model import build_tiny_model
 

@@ -20,6 +20,7 @@ import pytest
 
 from cudal1.config import OptimizeConfig
 from cudal1.llm import Message, SamplingParams, ScriptedBackend
+from cudal1.run.events import Evaluated, Event
 from cudal1.tasks import bundled_tasks
 
 TASKS = {t.name: t for t in bundled_tasks("cpu")}
@@ -139,14 +140,17 @@ class Killed(Exception):
 
 
 class Recorder:
+    """A progress callback that keeps every event, and stands for a kill after ``kill_after``
+    evaluations."""
+
     def __init__(self, kill_after: int | None = None) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.events: list[Event] = []
         self.kill_after = kill_after
 
-    def __call__(self, kind: str, payload: dict[str, Any]) -> None:
-        self.events.append((kind, payload))
-        if self.kill_after is not None and self.count("evaluated") >= self.kill_after:
+    def __call__(self, event: Event) -> None:
+        self.events.append(event)
+        if self.kill_after is not None and self.count(Evaluated) >= self.kill_after:
             raise Killed("simulated kill")
 
-    def count(self, kind: str) -> int:
-        return sum(1 for k, _ in self.events if k == kind)
+    def count(self, kind: type) -> int:
+        return sum(1 for e in self.events if isinstance(e, kind))

@@ -1,6 +1,6 @@
 """SQLite files with append-only, named migrations: how every cudal1 database opens and evolves.
 
-The candidate database (``search/database.py``) and the hacking-case database
+The candidate database (``run/database.py``) and the hacking-case database
 (``audit/database.py``) are both one SQLite file that an older or newer cudal1 may have written.
 Both open through here, so they share one policy (the habit of simonw/llm):
 
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 BUSY_TIMEOUT_MS = 30_000
 
 # The ledger's name and shape are part of every shipped file: databases written before this
-# module existed (search/database.py kept the ledger itself) use the same table.
+# module existed (the candidate database kept the ledger itself) use the same table.
 _LEDGER = "CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
 
 

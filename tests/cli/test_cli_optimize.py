@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from cudal1.cli import app
 from cudal1.report.runs import RunSummary, summarize_run
-from cudal1.search.optimize import load_run
+from cudal1.run.records import load_run
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from cudal1.cli.progress import ProgressReporter, TrainingView
 from cudal1.report.progress import evaluation_line, step_line, task_line
+from cudal1.run.events import Evaluated, RoundJudged, TaskFinal, TrainStep
 
 
 def reporter(terminal: bool) -> tuple[ProgressReporter, io.StringIO]:
@@ -41,26 +42,30 @@ def test_terminal_mode_draws_bars_and_keeps_notes() -> None:
     assert "5_gelu done: faster" in text and "1/2" in text
 
 
+def evaluated(label: str, *, ok: bool, speedup: float | None, ci=(None, None), error=None) -> Evaluated:  # type: ignore[no-untyped-def]
+    return Evaluated("3_softmax", 1, label, 0, ok, speedup, ci[0], ci[1], error, None, None, 1)
+
+
 def test_line_wording() -> None:
-    ok = evaluation_line("3_softmax", "cuda-graph", ok=True, speedup=1.02, ci_low=1.001, ci_high=1.04)
+    ok = evaluation_line(evaluated("cuda-graph", ok=True, speedup=1.02, ci=(1.001, 1.04)))
     assert ok == "3_softmax cuda-graph: correct 1.020x [1.001, 1.040]"
-    bad = evaluation_line("3_softmax", "llm-r1-s0", ok=False, speedup=None, error="correctness stage: NaN")
+    bad = evaluation_line(evaluated("llm-r1-s0", ok=False, speedup=None, error="correctness stage: NaN"))
     assert bad == "3_softmax llm-r1-s0: not ok: correctness stage: NaN"
-    slower = task_line("3_softmax", faster=False, label="cuda-graph", speedup=0.95, ci_low=0.93, ci_high=0.97)
+    slower = task_line(TaskFinal("3_softmax", "cuda-graph", True, 0.95, 0.93, 0.97, faster=False))
     assert (
         "no faster variant found (best tried: cuda-graph 0.950x [0.930, 0.970]); keeping the reference"
         in slower
     )
-    assert task_line("a", faster=True, label="x", speedup=1.5) == "a done: faster: x 1.500x"
+    assert task_line(TaskFinal("a", "x", True, 1.5, None, None, faster=True)) == "a done: faster: x 1.500x"
 
 
 def test_training_view_prints_a_line_per_logged_step() -> None:
     progress, out = reporter(terminal=False)
     with progress:
         view = TrainingView(progress)
-        view("step", {"phase": "grpo", "step": 1, "max_steps": 3, "metrics": {"loss": 0.01, "reward": -0.1}})
-        view("round_judged", {"round": 1, "samples": 8, "kept": 5})
-        view("step", {"phase": "grpo", "step": 2, "max_steps": 3, "metrics": {"loss": 0.02}})
+        view(TrainStep("grpo", 1, 3, {"loss": 0.01, "reward": -0.1}))
+        view(RoundJudged(round=1, samples=8, kept=5))
+        view(TrainStep("grpo", 2, 3, {"loss": 0.02}))
     lines = out.getvalue().splitlines()
     assert [line.partition("s] ")[2] for line in lines] == [
         "grpo step 1/3: loss 0.01, reward -0.1",
@@ -69,8 +74,8 @@ def test_training_view_prints_a_line_per_logged_step() -> None:
     ]
     terminal, text = reporter(terminal=True)
     with terminal:
-        TrainingView(terminal)("step", {"phase": "sft", "step": 2, "max_steps": 4, "metrics": {}})
+        TrainingView(terminal)(TrainStep("sft", 2, 4))
     assert "2/4" in text.getvalue()
-    assert step_line("sft", 1, 2, {"loss": 1.23456, "mean_token_accuracy": 0.5}) == (
+    assert step_line(TrainStep("sft", 1, 2, {"loss": 1.23456, "mean_token_accuracy": 0.5})) == (
         "sft step 1/2: loss 1.23, token accuracy 0.5"
     )

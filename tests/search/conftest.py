@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from candidate_fixtures import GEMM_TASK
 from run_fixtures import closed_port_url, no_real_endpoint  # noqa: F401 (fixtures)
-from search_fixtures import GEMM_TASK
 
+from cudal1.run.database import CandidateDB
 from cudal1.schema import Task
-from cudal1.search.database import CandidateDB
 
 
 @pytest.fixture

@@ -6,14 +6,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from candidate_fixtures import GEMM_TASK, make_result
 from run_fixtures import fast_config
-from search_fixtures import GEMM_TASK, make_result
 
 from cudal1.config import BudgetConfig, OptimizeConfig
 from cudal1.llm import Ledger
+from cudal1.run.database import CandidateDB, Provenance
+from cudal1.run.selection import REFERENCE_LABEL, choose_best
 from cudal1.schema import EvalResult, Stage, StageRecord
-from cudal1.search.contrastive import REFERENCE_LABEL, Budget, choose_best, reference_anchor
-from cudal1.search.database import CandidateDB, Provenance
+from cudal1.search.budget import Budget
+from cudal1.search.seeds import reference_anchor
 
 
 def _result(seconds: float) -> EvalResult:

@@ -6,10 +6,10 @@ import random
 
 import pydantic
 import pytest
-from search_fixtures import make_result
+from candidate_fixtures import make_result
 
+from cudal1.run.database import CandidateDB
 from cudal1.schema import Stage
-from cudal1.search.database import CandidateDB
 from cudal1.search.exemplars import ExemplarConfig, select_exemplars
 
 

@@ -21,12 +21,18 @@ from run_fixtures import (
     scripted,
 )
 
+from cudal1.config import OptimizeConfig
 from cudal1.llm import LLMError
 from cudal1.report.runs import summarize_run
+from cudal1.run import records as records_module
+from cudal1.run.directory import RunDirectory, RunError
+from cudal1.run.events import Evaluated, ParseFailed, RoundDone, RunDone, RunStarted, Stopped, TaskFinal
+from cudal1.run.records import load_run
+from cudal1.run.selection import REFERENCE_LABEL, choose_best
 from cudal1.schema import Task
 from cudal1.search import optimize as optimize_module
-from cudal1.search.contrastive import REFERENCE_LABEL, choose_best, reference_anchor
-from cudal1.search.optimize import OptimizeError, load_run, load_run_config, optimize
+from cudal1.search.optimize import optimize
+from cudal1.search.seeds import reference_anchor
 
 # -- the loop, end to end ------------------------------------------------------------------------
 
@@ -62,13 +68,13 @@ def test_scripted_loop_stores_results_failures_and_final(tmp_path: Path, open_db
     kept = finals[0].source if load_run(run).tasks[0].faster else reference_anchor(GELU)
     assert (run / "best" / f"{GELU.name}.py").read_text() == kept
     assert not (run / "summary.json").exists()  # the command writes it (tests/cli/test_cli_optimize.py)
-    assert load_run_config(run) == cfg
+    assert RunDirectory(run).read_config(OptimizeConfig) == cfg
     assert len((run / "llm-calls.jsonl").read_text().splitlines()) == 3  # preflight + 2 rounds
     assert summary.llm_calls == 3 and summary.prompt_tokens > 0
     assert "round 2: contrastive prompt" in (run / "run.log").read_text()
     assert summarize_run(load_run(run)) == summary
-    kinds = {k for k, _ in events.events}
-    assert kinds == {"run_start", "evaluated", "parse_failed", "round_done", "final", "run_done"}
+    kinds = {type(e) for e in events.events}
+    assert kinds == {RunStarted, Evaluated, ParseFailed, RoundDone, TaskFinal, RunDone}
 
 
 def test_loop_against_fake_openai_server(tmp_path: Path, open_db: Any) -> None:
@@ -109,18 +115,20 @@ def test_kill_then_resume_evaluates_only_what_is_left(tmp_path: Path, open_db: A
     killed = summarize_run(load_run(run))
     assert not killed.complete and killed.tasks[0].pending == pending
 
-    with pytest.raises(OptimizeError, match="--resume"):
+    with pytest.raises(RunError, match="--resume"):
         optimize([GELU], run, cfg)
     events = Recorder()
-    summary = summarize_run(optimize([GELU], run, load_run_config(run), resume=True, progress=events))
-    assert events.count("evaluated") == pending
+    summary = summarize_run(
+        optimize([GELU], run, RunDirectory(run).read_config(OptimizeConfig), resume=True, progress=events)
+    )
+    assert events.count(Evaluated) == pending
     assert {r.id: r.evaluated_at for r in db.evaluated(GELU.name) if r.id in before} == before
     assert db.counts(GELU.name).evaluated == 3 and db.rounds_done(GELU.name) == 1
     assert summary.complete and summary.tasks[0].final
 
     again = Recorder()
-    optimize([GELU], run, load_run_config(run), resume=True, progress=again)
-    assert again.count("evaluated") == again.count("final") == 0  # nothing left to do
+    optimize([GELU], run, RunDirectory(run).read_config(OptimizeConfig), resume=True, progress=again)
+    assert again.count(Evaluated) == again.count(TaskFinal) == 0  # nothing left to do
 
 
 def test_baselines_only_gives_every_task_a_result(tmp_path: Path, open_db: Any) -> None:
@@ -143,7 +151,7 @@ def test_wall_budget_stops_before_evaluating(tmp_path: Path, open_db: Any) -> No
     events = Recorder()
     summary = summarize_run(optimize([GELU], tmp_path / "run", cfg, progress=events))
     assert summary.stop_reason == "max_wall_s" and summary.complete
-    assert events.count("stopped") == 1 and events.count("evaluated") == 0
+    assert events.count(Stopped) == 1 and events.count(Evaluated) == 0
     db = open_db(tmp_path / "run")
     assert db.counts(GELU.name).total == 0 and db.rounds_done(GELU.name) == 0
     assert summary.tasks[0].best_id is None and not summary.tasks[0].final
@@ -187,7 +195,9 @@ def get_init_inputs():
 
 
 def reply(body: str) -> str:
-    head = "## Implementation\n```python\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+    head = (
+        "## Implementation\n```python\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+    )
     return head + "    def forward(self, x):\n" + body + "```\n"
 
 
@@ -212,9 +222,12 @@ def test_a_final_measurement_not_above_the_reference_exports_the_reference(
     """The search's pick is re-measured; when that measurement does not beat the reference beyond
     its interval (here a variant 60 times the work), the task keeps the reference. A noisy search
     measurement that ranked the slow variant first is simulated by making it the search's pick."""
-    monkeypatch.setattr(
-        optimize_module, "choose_best", lambda rows: next((r for r in rows if r.label.startswith("llm")), None)
-    )
+
+    def pick_llm(rows):  # type: ignore[no-untyped-def]
+        return next((r for r in rows if r.label.startswith("llm")), None)
+
+    monkeypatch.setattr(optimize_module, "choose_best", pick_llm)
+    monkeypatch.setattr(records_module, "choose_best", pick_llm)
     run = tmp_path / "run"
     record = optimize([GELU], run, fast_config(tmp_path, samples=1), backend=scripted([SIXTY_GELUS]))
     task = record.tasks[0]

@@ -9,7 +9,7 @@ import types
 
 import pytest
 import torch
-from search_fixtures import GEMM_TASK
+from candidate_fixtures import GEMM_TASK
 
 from cudal1.schema import Task
 from cudal1.search.proposer import baseline_candidates

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from cudal1.cli import app
 from cudal1.config import CollectConfig
 from cudal1.llm import create_backend
-from cudal1.search.database import CandidateDB
+from cudal1.run.database import CandidateDB
 from cudal1.train.collect import collect
 
 

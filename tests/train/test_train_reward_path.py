@@ -13,7 +13,7 @@ from train_fixtures import GELU, GOOD_ANSWER, HACK_ANSWER, NO_CODE
 from cudal1.audit import JudgeVerdict, ScriptedJudge, open_case_db
 from cudal1.config import AuditConfig, EvalConfig, RewardConfig
 from cudal1.eval.pool import EvalPool
-from cudal1.search.database import CandidateDB
+from cudal1.run.database import CandidateDB
 from cudal1.train.auditing import RewardAuditor
 from cudal1.train.phases import PhaseGate
 from cudal1.train.pool_reward import PoolReward

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from cudal1.cli import app
 from cudal1.config import SelfSupConfig
-from cudal1.search.database import CandidateDB
+from cudal1.run.database import CandidateDB
 from cudal1.train.selfsup import run_selfsup
 
 QUICK = {"report_to": "none", "batch_size": 4, "save_steps": 1000}

@@ -33,7 +33,7 @@ from cudal1.cli.progress import ProgressReporter, ProgressView
 from cudal1.config import CollectConfig, Size
 from cudal1.eval.ray_pool import RayPoolError
 from cudal1.llm import LLMError
-from cudal1.search.optimize import CONFIG_FILE, OptimizeError, load_run_tasks
+from cudal1.run.directory import RunDirectory, RunError
 from cudal1.train.collect import CollectError, collect
 
 
@@ -62,7 +62,7 @@ def collect_command(
     """Ask every --llm model for variants of TASKS with the generation prompt; evaluate and store \
 all of them with their provenance (model, prompt, tokens)."""
     setup_logging(verbose)
-    saved = out / CONFIG_FILE
+    saved = RunDirectory(out).config_file
     resuming = resume and saved.is_file()
     flags: dict[str, Any] = {"samples": samples, "eval.device": device, "size": size}
     flags.update(pool_values(pool, devices))
@@ -71,8 +71,8 @@ all of them with their provenance (model, prompt, tokens)."""
     cfg = resolve_config(CollectConfig, saved if resuming and config is None else config, set_, flags)
     if resuming and tasks is None:
         try:
-            task_list = load_run_tasks(out)
-        except OptimizeError as exc:
+            task_list = RunDirectory(out).load_tasks()
+        except RunError as exc:
             raise bad_input(str(exc)) from None
     else:
         task_list = load_task_set(tasks, size_for(cfg.size, cfg.eval.device))

@@ -35,8 +35,9 @@ from cudal1.config import OptimizeConfig, Size, Suite
 from cudal1.eval.ray_pool import RayPoolError
 from cudal1.llm import LLMError
 from cudal1.report.runs import render_run_json, render_run_markdown, render_run_summary, summarize_run
+from cudal1.run.directory import RunDirectory, RunError
 from cudal1.schema import Task
-from cudal1.search.optimize import CONFIG_FILE, SUMMARY_FILE, OptimizeError, load_run_tasks, optimize
+from cudal1.search.optimize import optimize
 
 
 def optimize_command(
@@ -74,7 +75,8 @@ def optimize_command(
 ) -> None:
     """Search faster variants of TASKS: baselines, then contrastive LLM rounds; re-check the best."""
     setup_logging(verbose)
-    saved = out / CONFIG_FILE
+    run = RunDirectory(out)
+    saved = run.config_file
     resuming = resume and saved.is_file()
     if resuming and config is not None:
         raise bad_input(
@@ -100,7 +102,7 @@ def optimize_command(
     try:
         with ProgressReporter() as progress:
             record = optimize(task_list, out, cfg, resume=resume, progress=ProgressView(progress))
-    except (OptimizeError, LLMError, RayPoolError) as exc:
+    except (RunError, LLMError, RayPoolError) as exc:
         raise bad_input(str(exc)) from None
     except KeyboardInterrupt:
         err_console.print(
@@ -108,7 +110,7 @@ def optimize_command(
         )
         raise typer.Exit(EXIT_INTERRUPTED) from None
     summary = summarize_run(record)
-    (out / SUMMARY_FILE).write_text(render_run_json(summary), encoding="utf-8")
+    run.summary_file.write_text(render_run_json(summary), encoding="utf-8")
     print_result(
         fmt,
         lambda width: render_run_summary(summary, width),
@@ -126,7 +128,7 @@ def _tasks(spec: str | None, cfg: OptimizeConfig, run_dir: Path | None) -> list[
     """TASKS as named; on resume with none named, the tasks the run started with."""
     if spec is None and run_dir is not None:
         try:
-            return load_run_tasks(run_dir)
-        except OptimizeError as exc:
+            return RunDirectory(run_dir).load_tasks()
+        except RunError as exc:
             raise bad_input(str(exc)) from None
     return load_task_set(spec, size_for(cfg.size, cfg.eval.device), cfg.suite)

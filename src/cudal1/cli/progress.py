@@ -26,13 +26,22 @@ from __future__ import annotations
 
 import time
 from types import TracebackType
-from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from cudal1.cli.common import err_console
 from cudal1.report.progress import evaluation_line, step_line, task_line
+from cudal1.run.events import (
+    Evaluated,
+    Event,
+    ParseFailed,
+    RoundJudged,
+    RunStarted,
+    Stopped,
+    TaskFinal,
+    TrainStep,
+)
 
 _COLUMNS = (
     TextColumn("{task.description}"),
@@ -119,44 +128,26 @@ class ProgressView:
         self.progress = progress
         self.bars: dict[str, TaskID] = {}
 
-    def __call__(self, kind: str, payload: dict[str, Any]) -> None:
-        task = payload.get("task", "")
-        if kind == "run_start":
-            for name, plan in payload["tasks"].items():
-                self.bars[name] = self.progress.bar(name, total=plan["total"], completed=plan["done"])
-        elif kind == "evaluated" and task in self.bars:
-            line = evaluation_line(
-                task,
-                payload["label"],
-                ok=payload["ok"],
-                speedup=payload.get("speedup"),
-                ci_low=payload.get("ci_low"),
-                ci_high=payload.get("ci_high"),
-                error=payload.get("error"),
-            )
-            self.progress.advance(self.bars[task], line, n=0)
-            best = payload.get("best_speedup")
-            status = (
-                f"best {best:.3f}x ({payload.get('best_label')})" if best is not None else "none correct yet"
-            )
-            self.progress.update(self.bars[task], completed=payload["done"], status=status)
-        elif kind == "parse_failed" and task in self.bars:
-            line = f"{task} round {payload['round']}: reply without usable code: {payload.get('error')}"
-            self.progress.advance(self.bars[task], line, n=0)
-            self.progress.update(self.bars[task], completed=payload["done"])
-        elif kind == "stopped":
-            self.progress.note(f"budget {payload['reason']} reached: finishing what is under way")
-        elif kind == "final" and task in self.bars:
-            line = task_line(
-                task,
-                faster=payload["faster"],
-                label=payload.get("label"),
-                speedup=payload.get("speedup"),
-                ci_low=payload.get("ci_low"),
-                ci_high=payload.get("ci_high"),
-            )
-            self.progress.update(self.bars[task], status=line.partition(" done: ")[2])
-            self.progress.note(line)
+    def __call__(self, event: Event) -> None:
+        match event:
+            case RunStarted(tasks=plan):
+                for name, p in plan.items():
+                    self.bars[name] = self.progress.bar(name, total=p.total, completed=p.done)
+            case Evaluated(task=task) if task in self.bars:
+                self.progress.advance(self.bars[task], evaluation_line(event), n=0)
+                best = event.best_speedup
+                status = f"best {best:.3f}x ({event.best_label})" if best is not None else "none correct yet"
+                self.progress.update(self.bars[task], completed=event.done, status=status)
+            case ParseFailed(task=task) if task in self.bars:
+                line = f"{task} round {event.round}: reply without usable code: {event.error}"
+                self.progress.advance(self.bars[task], line, n=0)
+                self.progress.update(self.bars[task], completed=event.done)
+            case Stopped(reason=reason):
+                self.progress.note(f"budget {reason} reached: finishing what is under way")
+            case TaskFinal(task=task) if task in self.bars:
+                line = task_line(event)
+                self.progress.update(self.bars[task], status=line.partition(" done: ")[2])
+                self.progress.note(line)
 
 
 class TrainingView:
@@ -168,16 +159,15 @@ class TrainingView:
         self.progress = progress
         self.bars: dict[str, TaskID] = {}
 
-    def __call__(self, kind: str, payload: dict[str, Any]) -> None:
-        if kind == "step":
-            phase = payload["phase"]
-            if phase not in self.bars:
-                self.bars[phase] = self.progress.bar(phase, total=payload["max_steps"])
-            line = step_line(phase, payload["step"], payload["max_steps"], payload["metrics"])
-            self.progress.advance(self.bars[phase], line, n=0)
-            self.progress.update(self.bars[phase], completed=payload["step"], status=line.partition(": ")[2])
-        elif kind == "round_judged":
-            self.progress.note(
-                f"round {payload['round']}: {payload['kept']} of {payload['samples']} samples "
-                "executable and correct"
-            )
+    def __call__(self, event: Event) -> None:
+        match event:
+            case TrainStep(phase=phase):
+                if phase not in self.bars:
+                    self.bars[phase] = self.progress.bar(phase, total=event.max_steps)
+                line = step_line(event)
+                self.progress.advance(self.bars[phase], line, n=0)
+                self.progress.update(self.bars[phase], completed=event.step, status=line.partition(": ")[2])
+            case RoundJudged():
+                self.progress.note(
+                    f"round {event.round}: {event.kept} of {event.samples} samples executable and correct"
+                )

@@ -1,7 +1,7 @@
 """``cudal1 report``: the paper's statistics over runs and verify reports, as tables (terminal,
 Markdown, JSON) and, with ``--html``, one self-contained page with figures.
 
-Reading the inputs is here (run directories through ``search.optimize.load_run``, verify JSON
+Reading the inputs is here (run directories through ``run.records.load_run``, verify JSON
 through ``search.verify.load_verify_report``); the statistics and every rendering are pure, in
 ``report.paper``, ``report.figures`` and ``report.html``.
 """
@@ -17,7 +17,8 @@ from rich.console import Group
 from cudal1.cli.common import FORMAT_HELP, OutputFormat, bad_input, err_console, print_result
 from cudal1.report.paper import Source, report_data, report_tables, run_source, verify_source
 from cudal1.report.tables import to_markdown, to_rich
-from cudal1.search.optimize import OptimizeError, load_run
+from cudal1.run.directory import RunError
+from cudal1.run.records import load_run
 from cudal1.search.verify import load_verify_report
 from cudal1.tasks import TaskError
 
@@ -29,7 +30,7 @@ def load_source(path: Path) -> Source:
             return run_source(load_run(path))
         if path.is_file():
             return verify_source(str(path), load_verify_report(path))
-    except (OptimizeError, TaskError) as exc:
+    except (RunError, TaskError) as exc:
         raise bad_input(str(exc)) from None
     raise bad_input(f"{path}: no such run directory or verify report")
 

@@ -9,7 +9,8 @@ import typer
 
 from cudal1.cli.common import FORMAT_HELP, OutputFormat, bad_input, print_result
 from cudal1.report.runs import render_run_markdown, render_run_summary, summarize_run
-from cudal1.search.optimize import OptimizeError, load_run
+from cudal1.run.directory import RunError
+from cudal1.run.records import load_run
 
 runs_app = typer.Typer(help="Inspect optimisation runs.", no_args_is_help=True)
 
@@ -25,7 +26,7 @@ def runs_show(
         raise bad_input(f"{run}: no such run directory")
     try:
         summary = summarize_run(load_run(run))
-    except OptimizeError as exc:
+    except RunError as exc:
         raise bad_input(str(exc)) from None
     print_result(
         "json" if as_json else fmt,

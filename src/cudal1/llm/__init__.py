@@ -16,7 +16,7 @@ from cudal1.llm.base import (
     SamplingParams,
     split_reasoning,
 )
-from cudal1.llm.ledger import CallRecord, Ledger
+from cudal1.llm.ledger import CallRecord, Ledger, ledger_totals
 from cudal1.llm.registry import backend_class, create_backend, known_backends, register_backend
 from cudal1.llm.scripted import ScriptedBackend
 
@@ -34,6 +34,7 @@ __all__ = [
     "backend_class",
     "create_backend",
     "known_backends",
+    "ledger_totals",
     "register_backend",
     "split_reasoning",
 ]

@@ -6,6 +6,7 @@ place; the JSONL file (one line per call, successful or not) is what a report or
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import threading
@@ -95,3 +96,19 @@ class Ledger:
             out["cost_usd"] = self._cost
             out["latency_s"] = self._latency
             return out
+
+
+def ledger_totals(path: Path) -> dict[str, Any]:
+    """Calls, tokens and cost recorded in a ledger file (every session that wrote to it); an unreadable
+    line (a session killed mid-write) is skipped."""
+    totals: dict[str, Any] = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
+    if not path.is_file():
+        return totals
+    for line in path.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(ValueError):
+            rec = json.loads(line)
+            totals["calls"] += 1
+            totals["prompt_tokens"] += int(rec.get("prompt_tokens") or 0)
+            totals["completion_tokens"] += int(rec.get("completion_tokens") or 0)
+            totals["cost_usd"] += float(rec.get("cost_usd") or 0.0)
+    return totals

@@ -26,9 +26,9 @@ from typing import Any
 
 from cudal1.report.runs import FASTER, fmt_x
 from cudal1.report.tables import Cell, Col, TableSpec
+from cudal1.run.records import RunRecord, TaskRecord
+from cudal1.run.selection import REFERENCE_LABEL, device_held_seconds
 from cudal1.schema import EvalResult
-from cudal1.search.contrastive import REFERENCE_LABEL, device_held_seconds
-from cudal1.search.optimize import RunRecord, TaskRecord
 
 # Baselines by proposer label (search/proposer.py), in the order the tables show them, with the
 # short name a narrow table's heading uses.

@@ -17,9 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from cudal1.report.tables import Cell, Col, TableSpec, to_markdown, to_rich
+from cudal1.run.records import RunRecord, TaskRecord
+from cudal1.run.selection import REFERENCE_LABEL
 from cudal1.schema import EvalResult
-from cudal1.search.contrastive import REFERENCE_LABEL
-from cudal1.search.optimize import RunRecord, TaskRecord
 
 # The paper counts a task as improved above 1.01x (shared/research/cuda-l1-method.md).
 FASTER = 1.01

@@ -20,8 +20,8 @@ import re
 from collections.abc import Sequence
 
 from cudal1.config import ExemplarConfig
+from cudal1.run.database import CandidateRow
 from cudal1.schema import Severity
-from cudal1.search.database import CandidateRow
 from cudal1.search.prompts import Exemplar
 
 log = logging.getLogger(__name__)

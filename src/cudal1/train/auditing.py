@@ -22,8 +22,8 @@ from typing import Any
 from cudal1.audit import HackCase, HackCaseDB, Judge, JudgeVerdict, LLMJudge
 from cudal1.config import AuditConfig, RewardConfig
 from cudal1.llm import SamplingParams, create_backend
+from cudal1.run.database import CandidateDB
 from cudal1.schema import EvalResult, Severity, Task
-from cudal1.search.database import CandidateDB
 
 log = logging.getLogger(__name__)
 

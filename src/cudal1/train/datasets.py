@@ -35,11 +35,11 @@ from typing import Any
 from datasets import Dataset, DatasetDict
 
 from cudal1.config import ExportConfig
+from cudal1.run.database import CandidateRow
+from cudal1.run.directory import DB_FILE, RunDirectory, stored_tasks
+from cudal1.run.selection import REFERENCE_LABEL
 from cudal1.schema import Task
-from cudal1.search.contrastive import REFERENCE_LABEL
-from cudal1.search.database import CandidateDB, CandidateRow
 from cudal1.search.exemplars import select_exemplars, to_exemplar
-from cudal1.search.optimize import DB_FILE, load_run_tasks
 from cudal1.search.prompts import render_contrastive_prompt, render_generation_prompt
 
 log = logging.getLogger(__name__)
@@ -86,11 +86,11 @@ def read_verified(run_dirs: Sequence[Path], *, include_reference: bool = False) 
     seen: set[tuple[str, str]] = set()
     out: list[Verified] = []
     for run_dir in run_dirs:
-        if not (Path(run_dir) / DB_FILE).is_file():
+        run = RunDirectory(run_dir)
+        if not run.db_file.is_file():
             raise ExportError(f"{run_dir}: no {DB_FILE}; not a cudal1 run directory")
-        tasks = {t.name: t for t in load_run_tasks(run_dir)}
-        with CandidateDB(Path(run_dir) / DB_FILE) as db:
-            for name, task in tasks.items():
+        with run.open_db() as db:
+            for name, task in stored_tasks(db).items():
                 rows = db.evaluated(name)
                 for i, row in enumerate(rows):
                     key = (name, row.source_hash)

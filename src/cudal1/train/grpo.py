@@ -36,20 +36,22 @@ from datasets import IterableDataset
 from trl import GRPOConfig, GRPOTrainer
 
 from cudal1.audit import open_case_db
-from cudal1.config import GRPOStageConfig, dump_config
+from cudal1.config import GRPOStageConfig
 from cudal1.eval.pool import Pool
 from cudal1.eval.pool_kinds import make_pool
+from cudal1.run.database import CandidateDB, Provenance
+from cudal1.run.directory import RunDirectory, start_session
 from cudal1.schema import Task
 from cudal1.search.contrastive import task_prompt
-from cudal1.search.database import CandidateDB
-from cudal1.search.optimize import DB_FILE, remember_tasks, run_log
+from cudal1.search.lifecycle import evaluate_rows
 from cudal1.search.prompts import prompt_hash
+from cudal1.search.seeds import seed_candidates, store_seeds
 from cudal1.train.auditing import RewardAuditor, make_judge
-from cudal1.train.evaluation import evaluate_rows, seed_tasks
 from cudal1.train.models import (
     MODEL_DIR,
     ProgressCallback,
     TrainError,
+    check_stage_start,
     last_checkpoint,
     load_policy,
     lora_config,
@@ -63,7 +65,7 @@ from cudal1.train.pool_reward import PoolReward
 
 log = logging.getLogger(__name__)
 
-STEPS_FILE, CASES_FILE, CONFIG_FILE = "steps.jsonl", "hack-cases.db", "config.yaml"
+STEPS_FILE, CASES_FILE = "steps.jsonl", "hack-cases.db"
 
 
 def prompt_stream(
@@ -160,23 +162,20 @@ def run_grpo(
     """Train ``model_path`` with contrastive GRPO on ``tasks``; returns ``out/model``.
 
     ``judge`` overrides ``config.audit.judge`` (tests inject a ``ScriptedJudge``); ``progress``
-    gets a "step" event per logged step.
+    gets a ``TrainStep`` event per logged step.
     """
-    out = Path(out)
-    if out.is_dir() and any(out.iterdir()) and not resume:
-        raise TrainError(f"{out} exists and is not empty: pass --resume to continue that run")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / CONFIG_FILE).write_text(dump_config(config), encoding="utf-8")
+    run = RunDirectory(out)
+    check_stage_start(run, resume)
+    run.write_config(config)
+    out = run.path
     device = training_device(config.device)
     args = grpo_arguments(config, out, device)
     with (
-        run_log(out / "run.log"),
-        CandidateDB(out / DB_FILE) as db,
+        run.session() as db,
         open_case_db(config.audit.case_db or out / CASES_FILE) as cases,
         make_pool(config.eval, config.pool, devices=pool_devices(config)) as pool,
     ):
-        remember_tasks(db, tasks)
-        run_id = db.start_run(dump_config(config), note="grpo resume" if resume else "grpo")
+        run_id = start_session(db, run, tasks, config, note="grpo resume" if resume else "grpo")
         by_name = {t.name: t for t in tasks}
         gate = PhaseGate(shares_device(device, pool.devices), reserve=_reserver(pool, device))
         log.info(
@@ -227,7 +226,11 @@ def _prepare(
     """Seed tasks with no candidate (when asked), then evaluate everything pending (seeds, and a
     killed session's samples), before the first prompt is built."""
     if seed:
-        seed_tasks(db, list(tasks.values()), run_id, labels)
+        for task in tasks.values():
+            if not db.counts(task.name).total:
+                store_seeds(
+                    db, task, seed_candidates(task, labels), Provenance(backend="baseline", run_id=run_id)
+                )
     pending = [r for r in db.pending() if r.task in tasks]
     if pending:
         log.info("evaluating %d pending candidate(s) before training", len(pending))

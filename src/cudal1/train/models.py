@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,8 @@ from transformers import (
 )
 
 from cudal1.config import LoraSettings, OptimSettings
+from cudal1.run.directory import RunDirectory
+from cudal1.run.events import ProgressCallback, TrainStep
 
 log = logging.getLogger(__name__)
 
@@ -43,14 +44,14 @@ class TrainError(Exception):
     """A stage that cannot start as asked (missing model, data or run directory)."""
 
 
-# (kind, payload) events of a stage, as ``collect`` and the search loop report theirs: "step"
-# (``phase``, ``step``, ``max_steps``, ``metrics``: what the trainer logged) and, from the
-# self-supervised stage, "round_judged" (``round``, ``samples``, ``kept``).
-ProgressCallback = Callable[[str, dict[str, Any]], None]
+def check_stage_start(run: RunDirectory, resume: bool) -> None:
+    """A stage writes into a new or empty directory, or continues its own run with ``resume``."""
+    if run.path.is_dir() and any(run.path.iterdir()) and not resume:
+        raise TrainError(f"{run.path} exists and is not empty: pass --resume to continue that run")
 
 
 class StepProgress(TrainerCallback):
-    """Each logged optimizer step of a trainer as a "step" event (the CLI's progress bar or line)."""
+    """Each logged optimizer step of a trainer as a ``TrainStep`` event (the CLI's progress bar or line)."""
 
     def __init__(self, progress: ProgressCallback, phase: str) -> None:
         self.progress, self.phase = progress, phase
@@ -60,8 +61,7 @@ class StepProgress(TrainerCallback):
     ) -> None:
         if not logs or "train_runtime" in logs:  # the closing summary is no step
             return
-        payload = {"phase": self.phase, "step": state.global_step, "max_steps": state.max_steps}
-        self.progress("step", {**payload, "metrics": dict(logs)})
+        self.progress(TrainStep(self.phase, state.global_step, state.max_steps, dict(logs)))
 
 
 def progress_callbacks(progress: ProgressCallback | None, phase: str) -> list[TrainerCallback]:

@@ -34,11 +34,10 @@ from typing import Any
 
 from cudal1.config import RewardConfig
 from cudal1.eval.pool import Pool
+from cudal1.run.database import CandidateDB, CandidateStatus, Provenance
 from cudal1.schema import EvalResult, Task
-from cudal1.search.contrastive import store_reply
-from cudal1.search.database import CandidateDB, CandidateStatus, Provenance
+from cudal1.search.lifecycle import evaluate_rows, store_reply
 from cudal1.train.auditing import RewardAuditor
-from cudal1.train.evaluation import evaluate_rows
 from cudal1.train.phases import PhaseGate
 from cudal1.train.reward import reward_from_result
 
@@ -189,7 +188,10 @@ class PoolReward:
 
 
 def step_metrics(
-    all_rewards: list[float | None], results: list[EvalResult | None], errors: list[str | None], group_size: int
+    all_rewards: list[float | None],
+    results: list[EvalResult | None],
+    errors: list[str | None],
+    group_size: int,
 ) -> dict[str, Any]:
     """What one generation batch did: rewards (evaluator errors, which have none, left out),
     verdicts, verified speedups, group spread."""

@@ -24,19 +24,19 @@ from pathlib import Path
 
 from datasets import Dataset
 
-from cudal1.config import SelfSupConfig, dump_config
+from cudal1.config import SelfSupConfig
 from cudal1.eval.pool import Pool
 from cudal1.eval.pool_kinds import make_pool
 from cudal1.llm import Message, SamplingParams
 from cudal1.llm.hf_backend import HFBackend
+from cudal1.run.database import CandidateDB, Provenance
+from cudal1.run.directory import RunDirectory, start_session
+from cudal1.run.events import ProgressCallback, RoundJudged
 from cudal1.schema import Task
-from cudal1.search.contrastive import store_reply
-from cudal1.search.database import CandidateDB, Provenance
-from cudal1.search.optimize import DB_FILE, remember_tasks, run_log
+from cudal1.search.lifecycle import evaluate_rows, store_reply
 from cudal1.search.prompts import prompt_hash, render_generation_prompt
 from cudal1.train.datasets import Verified, is_verified, sft_row
-from cudal1.train.evaluation import evaluate_rows
-from cudal1.train.models import MODEL_DIR, ProgressCallback, TrainError
+from cudal1.train.models import MODEL_DIR, check_stage_start
 from cudal1.train.sft import fine_tune
 
 log = logging.getLogger(__name__)
@@ -52,20 +52,14 @@ def run_selfsup(
     progress: ProgressCallback | None = None,
 ) -> Path:
     """Run ``config.rounds`` rounds from ``model_path``; returns ``out/model``. ``progress`` gets
-    a "round_judged" event per round and a "step" event per logged step of its fine-tuning."""
-    out = Path(out)
-    if out.is_dir() and any(out.iterdir()) and not resume:
-        raise TrainError(f"{out} exists and is not empty: pass --resume to continue that run")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(dump_config(config), encoding="utf-8")
+    a ``RoundJudged`` event per round and a ``TrainStep`` event per logged step of its fine-tuning."""
+    run = RunDirectory(out)
+    check_stage_start(run, resume)
+    run.write_config(config)
+    out = run.path
     current = Path(model_path)
-    with (
-        run_log(out / "run.log"),
-        CandidateDB(out / DB_FILE) as db,
-        make_pool(config.eval, config.pool) as pool,
-    ):
-        remember_tasks(db, tasks)
-        run_id = db.start_run(dump_config(config), note="selfsup resume" if resume else "selfsup")
+    with run.session() as db, make_pool(config.eval, config.pool) as pool:
+        run_id = start_session(db, run, tasks, config, note="selfsup resume" if resume else "selfsup")
         for r in range(1, config.rounds + 1):
             saved = out / f"round-{r}" / MODEL_DIR
             if (saved / "config.json").is_file():
@@ -112,7 +106,7 @@ def _round(
         100 * rate,
     )
     if progress is not None:
-        progress("round_judged", {"round": r, "samples": samples, "kept": len(kept)})
+        progress(RoundJudged(r, samples, len(kept)))
     if not kept:
         log.warning("round %d kept nothing; the model is unchanged", r)
         return model

@@ -16,8 +16,8 @@ from pathlib import Path
 from datasets import Dataset, DatasetDict, load_from_disk
 from trl import SFTConfig, SFTTrainer
 
-from cudal1.config import LoraSettings, OptimSettings, SFTStageConfig, dump_config
-from cudal1.search.optimize import run_log
+from cudal1.config import LoraSettings, OptimSettings, SFTStageConfig
+from cudal1.run.directory import RunDirectory
 from cudal1.train.models import (
     MODEL_DIR,
     ProgressCallback,
@@ -66,7 +66,7 @@ def fine_tune(
     phase: str = "sft",
 ) -> Path:
     """Train on ``rows`` from ``model_path``; resumes from ``out``'s newest checkpoint; returns
-    the saved model directory ``out/model``. ``progress`` gets a "step" event per logged step."""
+    the saved model directory ``out/model``. ``progress`` gets a ``TrainStep`` event per logged step."""
     device = training_device(device)
     args = SFTConfig(
         **trainer_arguments(optim, out, device), max_length=max_length, completion_only_loss=True
@@ -104,10 +104,10 @@ def run_sft(
 ) -> Path:
     """``cudal1 train sft``: the train split of ``data_dir``, saved with its config in ``out``."""
     rows = load_rows(data_dir)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(dump_config(config), encoding="utf-8")
-    with run_log(out / "run.log"):
+    run = RunDirectory(out)
+    run.write_config(config)
+    out = run.path
+    with run.logging():
         return fine_tune(
             model_path,
             rows,

@@ -9,16 +9,16 @@ import textwrap
 import threading
 
 import pytest
-from search_fixtures import make_result
+from candidate_fixtures import make_result
 
-from cudal1.schema import Stage, Task, source_hash
-from cudal1.search.database import (
+from cudal1.run.database import (
     MIGRATIONS,
     CandidateDB,
     CandidateStatus,
     DuplicateSourceError,
     Provenance,
 )
+from cudal1.schema import Stage, Task, source_hash
 
 OTHER_TASK = Task(name="other", source="class Model: pass\n")
 
@@ -77,7 +77,7 @@ def test_process_killed_inside_a_write_loses_only_that_write(tmp_path, gemm_task
     child = textwrap.dedent(f"""
         import os
         from cudal1.schema import Task
-        from cudal1.search.database import CandidateDB
+        from cudal1.run.database import CandidateDB
         db = CandidateDB({str(path)!r})
         task = Task({gemm_task.name!r}, {gemm_task.source!r})
         with db.transaction():

@@ -1,4 +1,4 @@
-"""Builders shared by the search tests: a task and evaluation results, without an evaluator.
+"""Builders shared by the run and search tests: a task and evaluation results, without an evaluator.
 
 A uniquely named module (not conftest) so that importing it cannot pick up another directory's conftest."""
 

@@ -1,0 +1,109 @@
+"""A run read back from its directory: ``load_run`` returns a ``RunRecord`` with one ``TaskRecord``
+per task, what ``runs show``, ``report`` and a finished ``optimize`` summarise (``report.runs``).
+
+A task keeps the reference unless its kept candidate beat it beyond its interval on the reported
+measurement (``TaskRecord.faster``): the final re-evaluation's when the task has one, else the
+search's. Reading works on a finished, running or killed run alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cudal1.config import OptimizeConfig
+from cudal1.run.database import CandidateDB, CandidateRow, TaskCounts
+from cudal1.run.directory import RunDirectory, final_record, stored_tasks
+from cudal1.run.selection import beats_reference, choose_best, device_held_seconds
+from cudal1.schema import EvalResult
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """What a run holds for one task; ``report.runs.summarize_run`` turns it into a summary row."""
+
+    name: str
+    level: int
+    best: CandidateRow | None  # ``choose_best`` over the task's evaluated candidates
+    final: EvalResult | None  # the final re-evaluation of ``best``, when it has one
+    first_result: EvalResult | None  # the task's first stored result (its device, when ``best`` has none)
+    counts: TaskCounts
+    rounds_done: int
+    # Round 0's built-in baselines and the reference anchor, by label: what ``cudal1 report``
+    # compares the kept kernel against (same device, same run).
+    baselines: tuple[tuple[str, EvalResult], ...] = ()
+
+    @property
+    def measured(self) -> EvalResult | None:
+        """The measurement the task reports: the final re-evaluation's, else the search's."""
+        if self.final is not None:
+            return self.final
+        return self.best.result if self.best is not None else None
+
+    @property
+    def faster(self) -> bool:
+        """Whether the run recommends ``best`` (``beats_reference`` on its reported measurement);
+        otherwise the task keeps the reference."""
+        return self.best is not None and beats_reference(self.best.label, self.measured)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run as its directory holds it: config, LLM spend, bookkeeping and every task's state."""
+
+    run_dir: Path
+    config: OptimizeConfig
+    llm: str | None  # the backend that ran (``prefix:model``), else the configured spec
+    ledger: dict[str, Any]  # ``ledger_totals`` of the run's ledger file
+    gpu_seconds: float  # ``device_held_seconds`` over every stored result, final re-evaluations included
+    wall_s: float
+    stop_reason: str | None
+    complete: bool
+    tasks: tuple[TaskRecord, ...]
+
+
+def load_run(path: Path) -> RunRecord:
+    """The run as its directory holds it now (so a running or killed run shows its progress)."""
+    run = RunDirectory(path)
+    config = run.read_config(OptimizeConfig)
+    with run.open_db() as db:
+        return read_run(run, db, config)
+
+
+def read_run(run: RunDirectory, db: CandidateDB, config: OptimizeConfig) -> RunRecord:
+    """The run as it stands in its database, ledger and config."""
+    stored = stored_tasks(db)
+    tasks = tuple(_task_record(db, name, task.level) for name, task in stored.items())
+    finals = [f[1] for name in stored if (f := final_record(db, name)) is not None]
+    gpu_seconds = sum(
+        device_held_seconds(r.result) for name in stored for r in db.evaluated(name) if r.result
+    )
+    gpu_seconds += sum(device_held_seconds(r) for r in finals)
+    return RunRecord(
+        run_dir=run.path,
+        config=config,
+        llm=db.get_meta("llm") or config.llm.spec,
+        ledger=run.ledger_totals(),
+        gpu_seconds=gpu_seconds,
+        wall_s=float(db.get_meta("wall_s") or 0.0),
+        stop_reason=db.get_meta("stop_reason") or None,
+        complete=db.get_meta("complete") == "1",
+        tasks=tasks,
+    )
+
+
+def _task_record(db: CandidateDB, name: str, level: int) -> TaskRecord:
+    evaluated = db.evaluated(name)
+    best = choose_best(evaluated)
+    final = final_record(db, name)
+    return TaskRecord(
+        name=name,
+        level=level,
+        best=best,
+        final=final[1] if best is not None and final is not None and final[0] == best.id else None,
+        first_result=next((r.result for r in evaluated if r.result), None),
+        counts=db.counts(name),
+        rounds_done=db.rounds_done(name),
+        baselines=tuple((r.label, r.result) for r in evaluated if r.round == 0 and r.result is not None),
+    )

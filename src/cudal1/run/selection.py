@@ -1,0 +1,68 @@
+"""What a run's stored results say, read the same way by every stage and report: the reference
+anchor's label, which candidate a task keeps (``choose_best``), whether it is worth recommending
+(``beats_reference``), how long a result held the timing device, and why a result is not ok.
+
+Pure functions over ``CandidateRow`` and ``EvalResult``: the search, the training stages and the
+reports decide with these, so a run's kept kernel is the same whoever reads the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cudal1.run.database import CandidateRow
+from cudal1.schema import EvalResult, Severity, Stage
+
+# The task's own program evaluated as a candidate: an A-vs-A measurement whose speedup should be 1.0.
+REFERENCE_LABEL = "reference"
+# Stages that occupy the timing device; static checks and compilation are CPU work.
+DEVICE_STAGES = frozenset({Stage.LOAD, Stage.CORRECTNESS, Stage.TIMING})
+
+
+def device_seconds(result: EvalResult) -> float:
+    """Seconds a result held the timing device (what ``max_gpu_seconds`` counts)."""
+    return sum(s.seconds for s in result.stages if s.stage in DEVICE_STAGES)
+
+
+def device_held_seconds(result: EvalResult) -> float:
+    """Seconds a result held the timing device: the evaluator's phases (``environment["device_s"]``)
+    where it recorded them, else its device stages (``device_seconds``)."""
+    phases = result.environment.get("device_s")
+    if isinstance(phases, dict) and phases:
+        return float(sum(phases.values()))
+    return device_seconds(result)
+
+
+def choose_best(rows: Sequence[CandidateRow]) -> CandidateRow | None:
+    """Fastest accepted candidate; the reference anchor only when no other candidate beats it."""
+    ok = [r for r in rows if r.speedup is not None and r.correct]
+    anchors = [r for r in ok if r.label == REFERENCE_LABEL]
+    others = [r for r in ok if r.label != REFERENCE_LABEL]
+    anchor = max(anchors, key=lambda r: r.speedup or 0.0, default=None)
+    best = max(others, key=lambda r: (r.speedup or 0.0, -r.id), default=None)
+    if best is None or (anchor is not None and (best.speedup or 0.0) <= (anchor.speedup or 0.0)):
+        return anchor
+    return best
+
+
+def beats_reference(label: str, result: EvalResult | None) -> bool:
+    """Whether a variant is worth recommending: not the reference itself, accepted, and faster
+    than the reference beyond its interval (the lower end of its 95% CI above 1.0)."""
+    return (
+        label != REFERENCE_LABEL
+        and result is not None
+        and result.ok
+        and result.timing is not None
+        and result.timing.ci_low > 1.0
+    )
+
+
+def why_not_ok(result: EvalResult) -> str:
+    """One line on why a result earns nothing: the failed stage's last message, the rejecting
+    findings, or the missing verdict."""
+    if result.failed_stage is not None:
+        lines = result.error.strip().splitlines() or ["no message"]
+        return f"{result.failed_stage} stage: {lines[-1][:200]}"
+    if result.rejected:
+        return "rejected: " + "; ".join(f.code for f in result.findings if f.severity is Severity.REJECT)
+    return "incorrect outputs" if not result.correct else "not timed"

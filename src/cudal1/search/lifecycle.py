@@ -1,0 +1,90 @@
+"""A candidate's life, one path for every stage (the search, ``collect``, the self-supervised
+rounds, GRPO's reward): stored with its provenance, evaluated on the pool, its result recorded.
+
+- ``store_reply`` stores a model reply's ``ModelNew`` as a pending candidate (or the reply as a
+  parse failure); ``store_source`` stores a source the caller already has (a seed).
+  A source the task already has is never stored twice: the existing candidate, and its result,
+  stand for it.
+- ``evaluate_and_record`` / ``evaluate_rows`` evaluate pending candidates on the pool and record
+  each result as it comes back.
+
+Candidates are stored before they are evaluated and results recorded one by one, so a kill loses
+at most the evaluations in flight; a resumed stage evaluates what is still pending first. An
+exception from the evaluator itself leaves its candidate pending for the next session: the
+trusted side's failures are never a candidate's result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+
+from cudal1.eval.pool import Pool
+from cudal1.run.database import CandidateDB, CandidateRow, DuplicateSourceError, Provenance
+from cudal1.run.selection import why_not_ok
+from cudal1.schema import EvalRequest, EvalResult, Task
+from cudal1.search.parsing import extract
+
+log = logging.getLogger(__name__)
+
+
+def store_reply(
+    db: CandidateDB, task: Task, text: str, provenance: Provenance, *, label: str
+) -> tuple[int, str | None]:
+    """Store one model reply: its ``ModelNew`` as a pending candidate, or the reply as a parse
+    failure. Returns the row's id (the existing one when the task already has this source) and
+    the parse error (None when a candidate was stored or already existed)."""
+    ex = extract(text)
+    if not ex.ok or ex.code is None:
+        error = ex.error or "no code"
+        return db.record_parse_failure(task, text, error, provenance, analysis=ex.analysis), error
+    try:
+        return db.add_candidate(task, ex.code, provenance, label=label, analysis=ex.analysis), None
+    except DuplicateSourceError as exc:
+        log.info("%s: %s repeats candidate %d", task.name, label, exc.existing_id)
+        return exc.existing_id, None
+
+
+def store_source(db: CandidateDB, task: Task, source: str, provenance: Provenance, *, label: str) -> int:
+    """Store a candidate source as pending; the existing row's id when the task already has it
+    (a seed stored by an earlier session)."""
+    try:
+        return db.add_candidate(task, source, provenance, label=label)
+    except DuplicateSourceError as exc:
+        return exc.existing_id
+
+
+async def evaluate_and_record(
+    pool: Pool, db: CandidateDB, task: Task, row: CandidateRow
+) -> EvalResult | None:
+    """Evaluate one stored candidate on the pool and record its result. An exception from the
+    evaluator itself leaves the candidate pending, for a resumed run: None."""
+    future = pool.submit(EvalRequest(task, row.source, request_id=str(row.id)))
+    try:
+        result = await asyncio.wrap_future(future)
+    except Exception:
+        log.exception("evaluator raised on %s candidate %d; left pending", task.name, row.id)
+        return None
+    db.record_result(row.id, result)
+    verdict = f"{result.speedup:.3f}x" if result.speedup is not None else f"not ok: {why_not_ok(result)}"
+    log.info("%s #%d %s (round %d, step %s): %s", task.name, row.id, row.label, row.round, row.step, verdict)
+    return result
+
+
+async def evaluate_rows(
+    db: CandidateDB, pool: Pool, tasks: Mapping[str, Task], rows: Sequence[CandidateRow]
+) -> dict[int, EvalResult]:
+    """Evaluate ``rows`` (pending candidates) all at once; record and return each result by id.
+
+    An evaluator error leaves its candidate pending (it is retried by the next session) and has
+    no entry in the returned mapping.
+    """
+    if not rows:
+        return {}
+
+    async def one(row: CandidateRow) -> tuple[int, EvalResult | None]:
+        return row.id, await evaluate_and_record(pool, db, tasks[row.task], row)
+
+    done = await asyncio.gather(*(one(r) for r in rows))
+    return {i: r for i, r in done if r is not None}
