@@ -17,7 +17,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -49,7 +49,7 @@ class HFBackend(LLMBackend):
     """Sampling from a local ``AutoModelForCausalLM`` checkpoint."""
 
     name = "hf"
-    Options = HFOptions
+    Options: ClassVar[type[HFOptions]] = HFOptions
 
     def __init__(
         self, path: str | Path, options: HFOptions | None = None, *, ledger: Ledger | None = None

@@ -20,7 +20,7 @@ import logging
 import os
 import weakref
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import openai
 from pydantic import Field
@@ -64,7 +64,7 @@ class OpenAIBackend(LLMBackend):
     """``openai:MODEL``: chat completions from an OpenAI-compatible server."""
 
     name = "openai"
-    Options = OpenAIOptions
+    Options: ClassVar[type[OpenAIOptions]] = OpenAIOptions
 
     def __init__(
         self, model: str, options: OpenAIOptions | None = None, *, ledger: Ledger | None = None

@@ -28,7 +28,7 @@ from cudal1.config import SelfSupConfig, dump_config
 from cudal1.eval.pool import Pool
 from cudal1.eval.pool_kinds import make_pool
 from cudal1.llm import Message, SamplingParams
-from cudal1.llm.hf_backend import HFBackend, HFOptions
+from cudal1.llm.hf_backend import HFBackend
 from cudal1.schema import Task
 from cudal1.search.contrastive import store_reply
 from cudal1.search.database import CandidateDB, Provenance
@@ -133,7 +133,7 @@ def _round(
 async def _sample(
     db: CandidateDB, tasks: Sequence[Task], config: SelfSupConfig, r: int, model: Path, run_id: int
 ) -> None:
-    backend = HFBackend(model, HFOptions(device=config.device))
+    backend = HFBackend(model, HFBackend.Options(device=config.device))
     s = config.sampling
     params = SamplingParams(
         temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, n=config.samples, seed=s.seed
