@@ -114,7 +114,7 @@ def config_data(tmp_path: Path, **update: Any) -> dict[str, Any]:
         "size": "cpu",
         "eval": eval_data(tmp_path),
         "pool": {"workers": 2, "spares": 1},
-        "final": {"timing_budget_s": 0.5, "correctness_trials": 2},
+        "final": {"timing": {"budget_s": 0.5}, "correctness_trials": 2},
     }
     return _merge(base, update)
 

@@ -10,7 +10,16 @@ import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal, get_args
+
+# Where a task came from: the bundled suite, a KernelBench tree, a CUDA-L1 release or cudal1
+# records file, or a task file of its own.
+TaskOrigin = Literal["bundled", "kernelbench", "cuda-l1", "file"]
+TASK_ORIGINS: tuple[TaskOrigin, ...] = get_args(TaskOrigin)
+
+# Why paired timing stopped sampling (eval.timing.paired): the interval became as precise as
+# ``target_rel_ci`` asks, the sample cap, the time budget, or a timed output failed its check.
+TimingStopReason = Literal["precision", "max_samples", "budget", "output_check_failed"]
 
 
 def source_hash(source: str) -> str:
@@ -70,7 +79,7 @@ class Task:
     source: str
     level: int = 0
     path: str | None = None
-    origin: str = "file"  # bundled | kernelbench | cuda-l1 | file
+    origin: TaskOrigin = "file"
 
     @property
     def hash(self) -> str:
@@ -153,7 +162,7 @@ class Timing:
     ci_low: float  # bootstrap 95% interval of that median
     ci_high: float
     wall_speedup: float  # the same statistic from the trusted clock
-    stop_reason: str
+    stop_reason: TimingStopReason
     # The same statistic with the host's launch time inside (a short lead, so the GPU waits for
     # the host where calls are launch-bound), from a few extra samples; None where not measured.
     launch_speedup: float | None = None

@@ -75,3 +75,27 @@ def test_backend_options_share_the_strict_base() -> None:
         BackendOptions.model_validate({"max_concurency": 2})
     with pytest.raises(ValidationError):
         BackendOptions(max_concurrency=2).model_copy(update={}).__setattr__("max_concurrency", 3)
+
+
+def test_final_reads_like_the_eval_config_it_overrides() -> None:
+    cfg = load_config(
+        OptimizeConfig, overrides=["suite=full", "final.timing.budget_s=3", "final.correctness_trials=4"]
+    )
+    final = cfg.final.apply(cfg.eval)
+    assert (final.timing.budget_s, final.correctness_trials) == (3.0, 4)
+    assert (cfg.eval.timing.budget_s, cfg.eval.correctness_trials) == (10.0, 5)
+    quick = load_config(OptimizeConfig)
+    assert quick.final.timing.budget_s == 2.0 and quick.eval.timing.budget_s == 1.0
+
+
+@pytest.mark.parametrize("suite", ["quick", "full"])
+def test_a_saved_config_with_the_old_final_key_still_loads(tmp_path: Path, suite: str) -> None:
+    """Runs saved before the rename wrote ``final.timing_budget_s``; ``--resume`` reads it back."""
+    path = tmp_path / "config.yaml"
+    old = {"suite": suite, "final": {"enabled": True, "timing_budget_s": 7.5, "correctness_trials": 3}}
+    path.write_text(yaml.safe_dump(old))
+    cfg = load_config(OptimizeConfig, path)
+    assert cfg.final.timing.budget_s == 7.5 and cfg.final.correctness_trials == 3
+    assert "timing_budget_s" not in dump_config(cfg)
+    with pytest.raises(ValidationError, match="give only one"):
+        load_config(OptimizeConfig, path, ["final.timing.budget_s=1"])

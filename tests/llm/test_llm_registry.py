@@ -94,3 +94,20 @@ def test_registered_plugin(monkeypatch: pytest.MonkeyPatch) -> None:
     assert out[0].text == "HEY?" and b.ledger.summary()["calls"] == 1
     with pytest.raises(ValueError, match="suffix"):
         create_backend("shout:x", sufix="?")
+
+
+def test_openai_options_reach_the_backend_declared_once() -> None:
+    pytest.importorskip("openai")
+    from cudal1.llm.openai_backend import OpenAIBackend, OpenAIOptions
+
+    b = create_backend(
+        "openai:m", max_concurrency=3, timeout_s=7.0, base_url="http://x/v1/", extra_body={"k": 1}
+    )
+    assert isinstance(b, OpenAIBackend) and isinstance(b.options, OpenAIOptions)
+    assert (b.max_concurrency, b.options.timeout_s, b.options.extra_body, b.endpoint) == (
+        3,
+        7.0,
+        {"k": 1},
+        "http://x/v1",
+    )
+    assert OpenAIBackend("m").options == OpenAIOptions()  # built directly: the same defaults

@@ -371,6 +371,13 @@ def test_cudal1_export_records(tmp_path: Path):
     assert t2.origin == "bundled" and c2 is not None and c2.label == "search" and c2.claimed_speedup is None
 
 
+def test_an_unknown_origin_in_an_export_record_is_an_error(tmp_path: Path):
+    path = tmp_path / "export.jsonl"
+    path.write_text(json.dumps({"task": "1_gemm", "ref_code": GOOD, "custom_code": NEW, "origin": "bundeld"}))
+    with pytest.raises(TaskError, match=r"origin 'bundeld' is not one of bundled, kernelbench"):
+        load_cuda_l1_records(path)
+
+
 # ---------------------------------------------------------------------------- bundled suite
 
 

@@ -9,7 +9,6 @@ that stopped it early included), 2 bad input, 130 interrupted (resumable with ``
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,12 +16,11 @@ import typer
 
 from cudal1.cli.common import (
     DEVICES_HELP,
-    EXIT_INTERRUPTED,
     EXIT_OK,
     POOL_HELP,
     bad_input,
     console,
-    err_console,
+    interruptible,
     load_task_set,
     pool_values,
     resolve_config,
@@ -76,24 +74,14 @@ all of them with their provenance (model, prompt, tokens)."""
             raise bad_input(str(exc)) from None
     else:
         task_list = load_task_set(tasks, size_for(cfg.size, cfg.eval.device))
-    signal.signal(signal.SIGTERM, _interrupt)
     try:
-        with ProgressReporter() as progress:
+        with interruptible(f"`cudal1 collect --out {out} --resume`"), ProgressReporter() as progress:
             counts = collect(task_list, out, cfg, resume=resume, progress=ProgressView(progress))
     except (CollectError, LLMError, RayPoolError) as exc:
         raise bad_input(str(exc)) from None
-    except KeyboardInterrupt:
-        err_console.print(
-            f"[yellow]interrupted[/yellow]: continue with `cudal1 collect --out {out} --resume`"
-        )
-        raise typer.Exit(EXIT_INTERRUPTED) from None
     for name, c in counts.items():
         console.print(
             f"{name}: {c['evaluated']} evaluated, {c['correct']} correct, {c['faster']} faster,"
             f" {c['parse_failed']} without usable code"
         )
     raise typer.Exit(EXIT_OK)
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt

@@ -1,5 +1,5 @@
 """What every command shares: the consoles, exit codes, the bad-input error, logging set-up,
-task-set loading and config resolution. Commands print through ``console`` (results, on stdout)
+task-set loading, config resolution and the interrupt of a resumable run. Commands print through ``console`` (results, on stdout)
 and ``err_console`` (errors, progress and log records, on stderr).
 
 Exit codes: 0 success; 1 the candidate failed a stage or is incorrect; 2 bad input (a missing or
@@ -13,8 +13,10 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -48,6 +50,29 @@ def bad_input(message: str) -> typer.Exit:
     """Print ``message`` as an error; the caller raises the returned exit (code 2)."""
     err_console.print(f"[red]error:[/red] {message}")
     return typer.Exit(EXIT_BAD_INPUT)
+
+
+@contextmanager
+def interruptible(resume_hint: str) -> Iterator[None]:
+    """Run a resumable job inside: Ctrl-C, or SIGTERM (a job scheduler's timeout, `timeout`,
+    `kill`), prints ``interrupted: continue with {resume_hint}`` and exits 130.
+
+    SIGTERM is turned into KeyboardInterrupt so that it unwinds the job like Ctrl-C: the run's
+    bookkeeping (wall time) is saved and its workers are shut down before exiting, where the
+    default action would kill the process on the spot. The previous handler is back afterwards.
+    """
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    except KeyboardInterrupt:
+        err_console.print(f"[yellow]interrupted[/yellow]: continue with {resume_hint}")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def setup_logging(verbose: bool) -> None:

@@ -8,21 +8,19 @@ resumable with ``--resume``).
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from cudal1.cli.common import (
     DEVICES_HELP,
-    EXIT_INTERRUPTED,
     EXIT_OK,
     FORMAT_HELP,
     POOL_HELP,
     OutputFormat,
     bad_input,
-    err_console,
+    interruptible,
     load_task_set,
     pool_values,
     print_result,
@@ -96,19 +94,11 @@ def optimize_command(
         flags["size"] = size_for(cfg.size, cfg.eval.device)
         cfg = resolve_config(OptimizeConfig, saved if resuming else config, set_, flags)
     task_list = _tasks(tasks, cfg, out if resuming else None)
-    # SIGTERM (a job scheduler's timeout, `timeout`, `kill`) unwinds like Ctrl-C, so the run's
-    # bookkeeping (wall time) is saved and the workers are shut down before exiting.
-    signal.signal(signal.SIGTERM, _interrupt)
     try:
-        with ProgressReporter() as progress:
+        with interruptible(f"`cudal1 optimize --out {out} --resume`"), ProgressReporter() as progress:
             record = optimize(task_list, out, cfg, resume=resume, progress=ProgressView(progress))
     except (RunError, LLMError, RayPoolError) as exc:
         raise bad_input(str(exc)) from None
-    except KeyboardInterrupt:
-        err_console.print(
-            f"[yellow]interrupted[/yellow]: continue with `cudal1 optimize --out {out} --resume`"
-        )
-        raise typer.Exit(EXIT_INTERRUPTED) from None
     summary = summarize_run(record)
     run.summary_file.write_text(render_run_json(summary), encoding="utf-8")
     print_result(
@@ -118,10 +108,6 @@ def optimize_command(
         summary.to_dict,
     )
     raise typer.Exit(EXIT_OK)
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 def _tasks(spec: str | None, cfg: OptimizeConfig, run_dir: Path | None) -> list[Task]:

@@ -14,7 +14,6 @@ missing extra), 130 interrupted (continue with ``--resume``).
 from __future__ import annotations
 
 import importlib
-import signal
 from pathlib import Path
 from types import ModuleType
 from typing import Annotated, Any
@@ -23,12 +22,11 @@ import typer
 
 from cudal1.cli.common import (
     DEVICES_HELP,
-    EXIT_INTERRUPTED,
     EXIT_OK,
     POOL_HELP,
     bad_input,
     console,
-    err_console,
+    interruptible,
     load_task_set,
     parse_devices,
     pool_values,
@@ -72,24 +70,14 @@ def _stage(name: str) -> ModuleType:
 def _run(call: Any, out: Path) -> None:
     """Run a stage with progress (``call(progress)``): SIGTERM unwinds like Ctrl-C; a stage's own
     errors are bad input."""
-    signal.signal(signal.SIGTERM, _interrupt)
     errors = _stage("models").TrainError
     try:
-        with ProgressReporter() as reporter:
+        with interruptible(f"the same command and --resume ({out})"), ProgressReporter() as reporter:
             model = call(TrainingView(reporter))
     except (errors, RayPoolError) as exc:
         raise bad_input(str(exc)) from None
-    except KeyboardInterrupt:
-        err_console.print(
-            f"[yellow]interrupted[/yellow]: continue with the same command and --resume ({out})"
-        )
-        raise typer.Exit(EXIT_INTERRUPTED) from None
     console.print(f"model saved to {model}")
     raise typer.Exit(EXIT_OK)
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 def _config_file(config: Path | None, out: Path, resume: bool) -> Path | None:

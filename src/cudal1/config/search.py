@@ -28,7 +28,7 @@ QUICK_BASELINES: dict[str, list[str]] = {
 }
 QUICK_BUDGETS: dict[str, Any] = {
     "eval": {"timing": {"budget_s": 1.0}},
-    "final": {"timing_budget_s": 2.0},
+    "final": {"timing": {"budget_s": 2.0}},
 }
 
 
@@ -107,22 +107,51 @@ class BudgetConfig(StrictConfig):
     max_wall_s: float | None = Field(None, gt=0, description="wall-clock seconds of this session's search")
 
 
+class FinalTimingConfig(StrictConfig):
+    """What the final re-evaluation changes in the search's ``eval.timing``."""
+
+    budget_s: float = Field(10.0, gt=0, description="wall-clock budget for the final timing stage")
+
+
 class FinalEvalConfig(StrictConfig):
     """The strict re-evaluation of each task's best candidate, whose numbers the run reports.
 
     The paper gives each task a long, randomised final measurement; this is the same idea with a
     budget a run can afford: a longer timing stage and more fresh input sets than the search used.
+    Its values override the search's ``eval`` config under the same names.
     """
 
     enabled: bool = Field(True, description="re-evaluate each task's best candidate at the end")
-    timing_budget_s: float = Field(10.0, gt=0, description="timing-stage budget of the final evaluation")
     correctness_trials: int = Field(10, ge=1, description="fresh input sets checked in the final evaluation")
+    timing: FinalTimingConfig = Field(default_factory=FinalTimingConfig, description="final timing stage")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        return _renamed_final_keys(data)
 
     def apply(self, config: EvalConfig) -> EvalConfig:
+        """``config`` (the search's) with this section's values in place of its own."""
         data = config.model_dump()
         data["correctness_trials"] = self.correctness_trials
-        data["timing"]["budget_s"] = self.timing_budget_s
+        data["timing"]["budget_s"] = self.timing.budget_s
         return EvalConfig.model_validate(data)
+
+
+def _renamed_final_keys(data: Any) -> Any:
+    """``final`` with its old key ``timing_budget_s`` as ``timing.budget_s``, the eval config's
+    name for the same budget: a run's saved config.yaml from before the rename still resumes."""
+    if not isinstance(data, dict) or "timing_budget_s" not in data:
+        return data
+    data = dict(data)
+    budget = data.pop("timing_budget_s")
+    timing = data.get("timing", {})
+    if not isinstance(timing, dict):
+        raise ValueError("final.timing must be a section")
+    if "budget_s" in timing:
+        raise ValueError("final: timing_budget_s is the old name of timing.budget_s; give only one")
+    data["timing"] = {**timing, "budget_s": budget}
+    return data
 
 
 class OptimizeConfig(StrictConfig):
@@ -151,6 +180,8 @@ class OptimizeConfig(StrictConfig):
     @model_validator(mode="before")
     @classmethod
     def _suite_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "final" in data:  # before the quick suite's final.timing
+            data = {**data, "final": _renamed_final_keys(data["final"])}
         if isinstance(data, dict) and data.get("suite", "quick") == "quick":
             sized = "cpu" if data.get("size") == "cpu" else "gpu"  # auto: settled by the caller first
             return _under({**QUICK_BUDGETS, "baseline_labels": QUICK_BASELINES[sized]}, data)

@@ -17,7 +17,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -49,28 +49,29 @@ class HFBackend(LLMBackend):
     """Sampling from a local ``AutoModelForCausalLM`` checkpoint."""
 
     name = "hf"
-    Options = HFOptions
+    Options: ClassVar[type[HFOptions]] = HFOptions
 
     def __init__(
-        self,
-        path: str | Path,
-        *,
-        device: str = "auto",
-        dtype: Dtype = "auto",
-        max_concurrency: int = 1,
-        call_timeout_s: float | None = None,
-        ledger: Ledger | None = None,
+        self, path: str | Path, options: HFOptions | None = None, *, ledger: Ledger | None = None
     ) -> None:
+        opts = options if options is not None else HFOptions()
         path = Path(path).expanduser()
         if not path.is_dir():
             raise ValueError(f"hf:{path}: not a local model directory (models are never downloaded)")
         super().__init__(
-            str(path), max_concurrency=max_concurrency, call_timeout_s=call_timeout_s, ledger=ledger
+            str(path), max_concurrency=opts.max_concurrency, call_timeout_s=opts.call_timeout_s, ledger=ledger
         )
-        self.path, self.device, self.dtype = path, device, dtype
+        self.path, self.device, self.dtype = path, opts.device, opts.dtype
         self._model: Any = None
         self._tokenizer: Any = None
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_options(cls, target: str, options: BackendOptions, *, ledger: Ledger | None = None) -> HFBackend:
+        """``create_backend``'s way in: the options come validated by ``HFOptions``."""
+        if not isinstance(options, HFOptions):
+            raise TypeError(f"hf backend needs HFOptions, got {type(options).__name__}")
+        return cls(target, options, ledger=ledger)
 
     @property
     def endpoint(self) -> str:

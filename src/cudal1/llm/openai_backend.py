@@ -20,7 +20,7 @@ import logging
 import os
 import weakref
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import openai
 from pydantic import Field
@@ -64,38 +64,31 @@ class OpenAIBackend(LLMBackend):
     """``openai:MODEL``: chat completions from an OpenAI-compatible server."""
 
     name = "openai"
-    Options = OpenAIOptions
+    Options: ClassVar[type[OpenAIOptions]] = OpenAIOptions
 
     def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str | None = None,
-        base_url_env: str = "OPENAI_BASE_URL",
-        api_key_env: str = "OPENAI_API_KEY",
-        timeout_s: float = 600.0,
-        max_retries: int = 5,
-        extra_body: dict[str, Any] | None = None,
-        max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
-        price_per_mtok_in: float | None = None,
-        price_per_mtok_out: float | None = None,
-        price_per_mtok_cached: float | None = None,
-        max_concurrency: int = 8,
-        call_timeout_s: float | None = None,
-        ledger: Ledger | None = None,
+        self, model: str, options: OpenAIOptions | None = None, *, ledger: Ledger | None = None
     ) -> None:
-        super().__init__(model, max_concurrency=max_concurrency, call_timeout_s=call_timeout_s, ledger=ledger)
-        self.base_url = (base_url or os.environ.get(base_url_env) or DEFAULT_BASE_URL).rstrip("/")
-        self.api_key_env = api_key_env
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.extra_body = dict(extra_body or {})
-        self.max_tokens_field = max_tokens_field
-        self.prices = (price_per_mtok_in, price_per_mtok_out, price_per_mtok_cached)
+        opts = options if options is not None else OpenAIOptions()
+        super().__init__(
+            model, max_concurrency=opts.max_concurrency, call_timeout_s=opts.call_timeout_s, ledger=ledger
+        )
+        self.options = opts
+        self.base_url = (opts.base_url or os.environ.get(opts.base_url_env) or DEFAULT_BASE_URL).rstrip("/")
+        self.prices = (opts.price_per_mtok_in, opts.price_per_mtok_out, opts.price_per_mtok_cached)
         # The SDK's connection pool belongs to the event loop that opened it.
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI] = (
             weakref.WeakKeyDictionary()
         )
+
+    @classmethod
+    def from_options(
+        cls, target: str, options: BackendOptions, *, ledger: Ledger | None = None
+    ) -> OpenAIBackend:
+        """``create_backend``'s way in: the options come validated by ``OpenAIOptions``."""
+        if not isinstance(options, OpenAIOptions):
+            raise TypeError(f"openai backend needs OpenAIOptions, got {type(options).__name__}")
+        return cls(target, options, ledger=ledger)
 
     @property
     def endpoint(self) -> str:
@@ -105,14 +98,16 @@ class OpenAIBackend(LLMBackend):
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
-            key = os.environ.get(self.api_key_env)
+            key = os.environ.get(self.options.api_key_env)
             if not key and self.base_url == DEFAULT_BASE_URL:
-                log.warning("$%s is not set; %s will refuse the calls", self.api_key_env, self.base_url)
+                log.warning(
+                    "$%s is not set; %s will refuse the calls", self.options.api_key_env, self.base_url
+                )
             client = openai.AsyncOpenAI(
                 base_url=self.base_url,
                 api_key=key or "EMPTY",
-                timeout=self.timeout_s,
-                max_retries=self.max_retries,
+                timeout=self.options.timeout_s,
+                max_retries=self.options.max_retries,
             )
             self._clients[loop] = client
         return client
@@ -128,7 +123,7 @@ class OpenAIBackend(LLMBackend):
             "messages": [{"role": m.role, "content": m.content} for m in messages],
             "temperature": params.temperature,
             "top_p": params.top_p,
-            self.max_tokens_field: params.max_tokens,
+            self.options.max_tokens_field: params.max_tokens,
             "n": params.n,
         }
         if params.stop:
@@ -141,7 +136,7 @@ class OpenAIBackend(LLMBackend):
         request = self._request(messages, params)
         try:
             response = await self._client().chat.completions.create(
-                **request, extra_body=self.extra_body or None
+                **request, extra_body=self.options.extra_body or None
             )
         except openai.APIError as exc:
             raise self._error(exc) from exc
@@ -182,16 +177,18 @@ class OpenAIBackend(LLMBackend):
     def _error(self, exc: openai.APIError) -> LLMError:
         """An SDK error as a message that says where, what, and (for auth) which variable to check."""
         url = self.base_url
-        tries = f"{self.max_retries + 1} {'try' if self.max_retries == 0 else 'tries'}"
+        retries = self.options.max_retries
+        tries = f"{retries + 1} {'try' if retries == 0 else 'tries'}"
         status = getattr(exc, "status_code", None)
         message = getattr(exc, "message", str(exc))
         if isinstance(exc, openai.APITimeoutError):
-            text = f"endpoint {url} timed out (timeout_s={self.timeout_s} per attempt, {tries})"
+            text = f"endpoint {url} timed out (timeout_s={self.options.timeout_s} per attempt, {tries})"
         elif isinstance(exc, openai.APIConnectionError):
             text = f"endpoint {url} unreachable after {tries}: {_connect_failure(exc)}"
         elif isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
-            unset = "" if os.environ.get(self.api_key_env) else f"; ${self.api_key_env} is not set"
-            text = f"endpoint {url} refused the key from ${self.api_key_env} ({status}{unset}): {message}"
+            env = self.options.api_key_env
+            unset = "" if os.environ.get(env) else f"; ${env} is not set"
+            text = f"endpoint {url} refused the key from ${env} ({status}{unset}): {message}"
         elif isinstance(exc, openai.NotFoundError):
             text = f"endpoint {url} has no model {self.model!r} or no chat route (404): {message}"
         elif isinstance(exc, openai.RateLimitError):

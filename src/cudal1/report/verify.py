@@ -18,14 +18,14 @@ from rich.text import Text
 
 from cudal1.report.runs import fmt_ms
 from cudal1.report.tables import Cell, Col, TableSpec, to_markdown, to_rich
-from cudal1.search.verify import STATUSES, Row, VerifyRun
+from cudal1.search.verify import STATUSES, Row, VerifyRun, VerifyStatus
 
 
 # -- summary ------------------------------------------------------------------------------------
 @dataclass
 class Summary:
     records: int
-    counts: dict[str, int]
+    counts: dict[VerifyStatus, int]
     compared: int  # verified records with a claim: the ones the statistics below cover
     claimed: dict[str, float | None] = field(default_factory=dict)
     measured: dict[str, float | None] = field(default_factory=dict)
@@ -77,7 +77,7 @@ def report_json(run: VerifyRun) -> dict[str, Any]:
 
 
 # -- rendering ----------------------------------------------------------------------------------
-_STYLE = {
+_STYLE: dict[VerifyStatus, str] = {
     "verified": "green",
     "rejected": "red",
     "incorrect": "red",

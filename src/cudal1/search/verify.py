@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from cudal1.config import EvalConfig, PoolConfig
 from cudal1.eval.pool_kinds import make_pool
@@ -34,9 +34,13 @@ from cudal1.schema import Candidate, EvalRequest, EvalResult, Severity, Stage, T
 from cudal1.tasks import TaskError, load_cuda_l1_records
 
 Record = tuple[Task, Candidate | None]
-STATUSES = ("verified", "rejected", "incorrect", "failed", "untimed", "evaluator error", "no code", "not run")
+# A row's verdict (the module docstring says what each means), in the order reports list them.
+VerifyStatus = Literal[
+    "verified", "rejected", "incorrect", "failed", "untimed", "evaluator error", "no code", "not run"
+]
+STATUSES: tuple[VerifyStatus, ...] = get_args(VerifyStatus)
 # Rows a resumed run evaluates again: never finished, or the evaluator's fault.
-UNFINISHED = frozenset({"not run", "evaluator error"})
+UNFINISHED: frozenset[VerifyStatus] = frozenset({"not run", "evaluator error"})
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,7 @@ class Row:
     index: int
     level: int
     task: str
-    status: str
+    status: VerifyStatus
     claimed: float | None = None
     measured: float | None = None  # median paired speedup, whenever timing ran
     ci_low: float | None = None
@@ -112,7 +116,7 @@ def row_for(index: int, task: Task, cand: Candidate | None, result: EvalResult |
     )
 
 
-def _status(r: EvalResult) -> str:
+def _status(r: EvalResult) -> VerifyStatus:
     if r.evaluator_error:  # the trusted side failed twice: no verdict on the candidate
         return "evaluator error"
     if r.ok:

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from cudal1.schema import Candidate, Task
+from cudal1.schema import TASK_ORIGINS, Candidate, Task, TaskOrigin
 from cudal1.tasks.source import TaskError, check_task_source
 
 logger = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ def _json_lines(text: str, path: Path) -> Iterator[tuple[str, Record]]:
 def _pair(record: Record, where: str, path: Path) -> tuple[Task, Candidate | None]:
     if "task" in record:  # cudal1 export
         name, level = str(record["task"]), _integer(record.get("level", 0), "level", where)
-        origin, label = str(record.get("origin") or "cuda-l1"), str(record.get("label") or "")
+        origin, label = _origin(record.get("origin") or "cuda-l1", where), str(record.get("label") or "")
     elif "level_id" in record and "task_id" in record:  # CUDA-L1 release
         level = _integer(record["level_id"], "level_id", where)
         name = f"L{level}_{_integer(record['task_id'], 'task_id', where)}"
@@ -126,6 +126,14 @@ def _pair(record: Record, where: str, path: Path) -> tuple[Task, Candidate | Non
     if not isinstance(code, str):
         raise TaskError(f"{where}: task {name}: custom_code is {type(code).__name__}, not a string")
     return task, Candidate(task_name=name, source=code, label=label, claimed_speedup=_claim(record, where))
+
+
+def _origin(value: Any, where: str) -> TaskOrigin:
+    """A record's ``origin``, one of the task origins cudal1 writes."""
+    for origin in TASK_ORIGINS:
+        if value == origin:
+            return origin
+    raise TaskError(f"{where}: origin {value!r} is not one of {', '.join(TASK_ORIGINS)}")
 
 
 def _integer(value: Any, field: str, where: str) -> int:

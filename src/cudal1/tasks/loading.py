@@ -13,7 +13,7 @@ import logging
 import re
 from pathlib import Path
 
-from cudal1.schema import Task
+from cudal1.schema import Task, TaskOrigin
 from cudal1.tasks.cuda_l1 import load_cuda_l1_records
 from cudal1.tasks.source import TaskError, check_task_source
 
@@ -30,7 +30,7 @@ def level_of(directory: Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def load_task_file(path: str | Path, origin: str = "file") -> Task:
+def load_task_file(path: str | Path, origin: TaskOrigin = "file") -> Task:
     """One task file; its name is the file stem and its level comes from a ``level<N>`` parent."""
     path = Path(path)
     try:
@@ -42,7 +42,7 @@ def load_task_file(path: str | Path, origin: str = "file") -> Task:
     return Task(name=path.stem, source=source, level=level, path=str(path), origin=origin)
 
 
-def load_kernelbench_dir(path: str | Path, origin: str = "kernelbench") -> list[Task]:
+def load_kernelbench_dir(path: str | Path, origin: TaskOrigin = "kernelbench") -> list[Task]:
     """Every task of a KernelBench level directory, or of a root holding ``level<N>`` directories.
 
     Tasks come sorted by level, then by numeric prefix (files without one last, by name).

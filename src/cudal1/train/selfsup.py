@@ -127,7 +127,7 @@ def _round(
 async def _sample(
     db: CandidateDB, tasks: Sequence[Task], config: SelfSupConfig, r: int, model: Path, run_id: int
 ) -> None:
-    backend = HFBackend(model, device=config.device)
+    backend = HFBackend(model, HFBackend.Options(device=config.device))
     s = config.sampling
     params = SamplingParams(
         temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, n=config.samples, seed=s.seed

@@ -436,6 +436,7 @@ def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tupl
         )
         if probe.wall_estimate.median < est.median:
             est = probe.wall_estimate
+    assert out.stop_reason is not None  # measure_paired returns only once its stop rule says why
     timing = Timing(
         device=device,
         calls_per_sample=out.calls_per_sample,

@@ -43,6 +43,7 @@ from typing import Any, Protocol
 
 from cudal1.config import TimingConfig
 from cudal1.eval.timing import stats
+from cudal1.schema import TimingStopReason
 
 
 class Endpoint(Protocol):
@@ -75,7 +76,7 @@ class PairedOutcome:
     cand_wall_ms: list[float] = field(default_factory=list)
     checked: int = 0
     failures: list[str] = field(default_factory=list)
-    stop_reason: str = ""
+    stop_reason: TimingStopReason | None = None  # None: not stopped by the rule (the extra pairs)
     sampling_s: float = 0.0  # time in timed pairs: what the budget counts (checks and refreshes not)
     lead_us: float | None = None  # the spin ahead of each sample (None: the worker's default)
     host_behind: int = 0  # samples where a side's host did not queue all its calls ahead
@@ -195,7 +196,9 @@ def _check(out: PairedOutcome, check: OutputCheck, sample: int, digests: list[An
         out.failures.append(failure)
 
 
-def _stop_reason(out: PairedOutcome, sample: int, cfg: TimingConfig, elapsed_s: float) -> str | None:
+def _stop_reason(
+    out: PairedOutcome, sample: int, cfg: TimingConfig, elapsed_s: float
+) -> TimingStopReason | None:
     if out.failures:
         return "output_check_failed"
     if sample >= cfg.max_samples:
