@@ -32,7 +32,7 @@ from cudal1.config import CollectConfig, Size
 from cudal1.eval.ray_pool import RayPoolError
 from cudal1.llm import LLMError
 from cudal1.run.directory import RunDirectory, RunError
-from cudal1.train.collect import CollectError, collect
+from cudal1.train.collect import collect
 
 
 def collect_command(
@@ -77,7 +77,7 @@ all of them with their provenance (model, prompt, tokens)."""
     try:
         with interruptible(f"`cudal1 collect --out {out} --resume`"), ProgressReporter() as progress:
             counts = collect(task_list, out, cfg, resume=resume, progress=ProgressView(progress))
-    except (CollectError, LLMError, RayPoolError) as exc:
+    except (RunError, LLMError, RayPoolError) as exc:
         raise bad_input(str(exc)) from None
     for name, c in counts.items():
         console.print(

@@ -37,6 +37,7 @@ from cudal1.cli.common import (
 from cudal1.cli.progress import ProgressReporter, TrainingView
 from cudal1.config import GRPOStageConfig, SelfSupConfig, SFTStageConfig
 from cudal1.eval.ray_pool import RayPoolError
+from cudal1.run.directory import RunError
 
 train_app = typer.Typer(
     help="Train a model to write faster kernels: sft (stage 1), selfsup (stage 2), grpo (stage 3).",
@@ -74,7 +75,7 @@ def _run(call: Any, out: Path) -> None:
     try:
         with interruptible(f"the same command and --resume ({out})"), ProgressReporter() as reporter:
             model = call(TrainingView(reporter))
-    except (errors, RayPoolError) as exc:
+    except (errors, RunError, RayPoolError) as exc:
         raise bad_input(str(exc)) from None
     console.print(f"model saved to {model}")
     raise typer.Exit(EXIT_OK)
