@@ -22,18 +22,12 @@ from typing import Any
 
 from cudal1.config import EvalConfig
 from cudal1.eval.checks import probes
+from cudal1.eval.checks.clock import timing_verdict
 from cudal1.eval.checks.compare import Comparison
 from cudal1.eval.checks.drift import reference_drift
-from cudal1.eval.checks.integrity import (
-    PrecisionLevels,
-    PrecisionTracker,
-    StageFailed,
-    load_findings,
-    observation_findings,
-    reference_may_use_tf32,
-    side_stream_findings,
-    timing_verdict,
-)
+from cudal1.eval.checks.global_state import load_findings, observation_findings, side_stream_findings
+from cudal1.eval.checks.precision import PrecisionLevels, PrecisionTracker, reference_may_use_tf32
+from cudal1.eval.checks.stage_failure import StageFailed
 from cudal1.eval.checks.static import run_static_checks
 from cudal1.eval.process.protocol import Command, Role
 from cudal1.eval.process.sandbox import RemoteError, WorkerError, WorkerProcess

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 from cudal1.config import EvalConfig
 from cudal1.eval.checks.compare import Comparison
-from cudal1.eval.checks.integrity import StageFailed, probe_finding
+from cudal1.eval.checks.stage_failure import StageFailed
 from cudal1.eval.process.protocol import Command
 from cudal1.eval.process.sandbox import RemoteError, WorkerError
 from cudal1.schema import Finding, Severity, Stage, Task
@@ -279,7 +279,13 @@ def default_weights(ev: ProbeTarget, seed: int, init_args: list[Any], init_seed:
         ev.findings.append(_probe_failure(ev, "default_weights_assumed", problem, weights=names))
 
 
-def _probe_failure(ev: ProbeTarget, code: str, problem: str, **evidence: Any) -> Any:
+def probe_finding(code: str, severity: Severity, message: str, evidence: dict[str, Any]) -> Finding:
+    """Findings of the behavioural probes: ``ignores_input_change``, ``shape_specialised``,
+    ``init_inputs_ignored``, ``default_weights_assumed``, ``default_weights_unmapped``."""
+    return Finding(code, severity, Stage.INTEGRITY, message, evidence)
+
+
+def _probe_failure(ev: ProbeTarget, code: str, problem: str, **evidence: Any) -> Finding:
     if code == "shape_specialised":
         severity = Severity.REJECT if ev.config.guards.alternative_shapes == "reject" else Severity.WARNING
         message = f"the candidate fails when the task's batch size changes: {problem}"
