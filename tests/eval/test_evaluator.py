@@ -214,7 +214,7 @@ def test_pool_pins_its_own_threads_never_its_caller(task, fast_config, candidate
     caller = os.sched_getaffinity(0)
     general = {min(caller)}
     monkeypatch.setattr(
-        pool_module, "_split_cpus", lambda devices, cpus=None: (dict.fromkeys(devices, 0), general)
+        pool_module, "split_cpus", lambda devices, cpus=None: (dict.fromkeys(devices, 0), general)
     )
     with EvalPool(fast_config, workers=1, spares=0) as pool:
         result = pool.evaluate(task, candidate(RIGHT_BODY))

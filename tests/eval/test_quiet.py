@@ -98,7 +98,7 @@ def test_a_spare_worker_starting_is_stopped_by_a_window(fast_config):
     spares = SparePool(fast_config, 0, quiet=quiet)
     with quiet.window():
         started: list[WorkerProcess] = []
-        t = threading.Thread(target=lambda: started.append(spares._start()))
+        t = threading.Thread(target=lambda: started.append(spares.start_worker()))
         t.start()
         t.join(3)
         assert t.is_alive()  # stopped by the window before it could say it is ready

@@ -49,23 +49,6 @@ from cudal1.schema import (
 )
 
 
-def resolve_device(device: str) -> str:
-    if device == "cuda":
-        return "cuda:0"
-    if device != "auto":
-        return device
-    import torch  # lazy: the CLI resolves devices before anything needs torch
-
-    return "cuda:0" if torch.cuda.is_available() else "cpu"
-
-
-def visible_gpus() -> int:
-    """CUDA devices this process sees (0 without CUDA)."""
-    import torch  # lazy, as in resolve_device
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
 @dataclass
 class Evaluation:
     """The state of one candidate's evaluation; the pool drives its phases separately. The

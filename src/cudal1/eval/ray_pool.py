@@ -39,8 +39,8 @@ from types import ModuleType
 from typing import Any, Self
 
 from cudal1.config import EvalConfig, PoolConfig
-from cudal1.eval.evaluator import resolve_device
-from cudal1.eval.pool import EvalPool, StreamingPool, cpu_share
+from cudal1.eval.devices import cpu_share, resolve_device
+from cudal1.eval.pool import EvalPool, StreamingPool
 from cudal1.schema import EvalRequest, EvalResult, Stage, StageRecord, Task, source_hash
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class DeviceActor:
         node = context.get_node_id()
         gpu_ids = [str(g) for g in ray.get_gpu_ids()]
         # The actors of a node's GPUs share its cores: each pool keeps to its own share, or every
-        # one of them would time on the same last two cores (``pool._split_cpus``).
+        # one of them would time on the same last two cores (``devices.split_cpus``).
         gpus_on_node = next(
             (int(n["Resources"].get("GPU", 1)) for n in ray.nodes() if n["NodeID"] == node and n["Alive"]), 1
         )
