@@ -102,7 +102,7 @@ def test_an_out_of_memory_reference_is_retried_and_never_the_candidates(fast_con
     once = Task("oom_once", OOM_ONCE.replace("{when}", "2"))
     result = evaluate(once, CANDIDATE, fast_config)
     assert result.ok, result.error
-    assert "OutOfMemoryError" in result.environment["retried_after"]
+    assert "OutOfMemoryError" in result.environment.retried_after
 
 
 def test_a_trusted_side_that_keeps_failing_is_an_evaluator_error(fast_config):
@@ -111,4 +111,4 @@ def test_a_trusted_side_that_keeps_failing_is_an_evaluator_error(fast_config):
         result = pool.evaluate(always, CANDIDATE)
     assert result.evaluator_error and result.failed_stage is Stage.EVALUATOR
     assert not result.correct and not result.rejected and result.speedup is None
-    assert "retried_after" in result.environment
+    assert result.environment.retried_after is not None

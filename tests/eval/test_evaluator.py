@@ -136,7 +136,7 @@ def test_inputs_come_from_a_secret_seed_per_evaluation(task, fast_config, candid
     RIGHT = candidate(RIGHT_BODY)
     a = _eval(task, RIGHT, fast_config)
     b = _eval(task, RIGHT, fast_config)
-    assert a.environment["seed"] != b.environment["seed"]
+    assert a.environment.seed != b.environment.seed
 
 
 def test_broken_task_is_reported_as_the_task_not_the_candidate(task, fast_config, candidate):

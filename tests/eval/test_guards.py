@@ -155,7 +155,7 @@ def test_hardcoded_batch_size_is_shape_specialised(cfg):
     result = evaluate(_task("batched_linear"), src, cfg)
     assert result.correct  # right on the task's own sizes...
     assert _codes(result).get("shape_specialised") is Severity.WARNING  # ...not on others
-    assert result.environment["probes"]["shapes"]["sizes"] == {"batch_size": 9}
+    assert result.environment.probes["shapes"]["sizes"] == {"batch_size": 9}
     strict = cfg.model_copy(update={"guards": GuardConfig(alternative_shapes="reject")})
     assert _codes(evaluate(_task("batched_linear"), src, strict)).get("shape_specialised") is Severity.REJECT
 
@@ -265,5 +265,5 @@ def test_honest_candidate_gets_none_of_the_new_findings(cfg, task_name, template
     assert result.correct, result.error
     assert not NEW_CODES & set(_codes(result)), _codes(result)
     assert result.correctness is not None and result.correctness.effective_precision == "float32"
-    probes = result.environment["probes"]
+    probes = result.environment.probes
     assert probes["perturbation"]["ok"] and probes["perturbation"]["reference_changed"]

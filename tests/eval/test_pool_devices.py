@@ -23,9 +23,9 @@ def test_two_devices_share_the_work_and_say_so(task, fast_config, candidate):
     assert {r.device for r in results.values()} == {"cpu:0", "cpu:1"}
     assert sum(counts.values()) == 4 and min(counts.values()) >= 1
     for result in results.values():
-        assert result.environment["pool"]["kind"] == "local"
-        assert result.environment["pool"]["devices"] == 2
-        assert sum(result.environment["pool"]["device_counts"].values()) <= 4
+        assert result.environment.pool.kind == "local"
+        assert result.environment.pool.devices == 2
+        assert sum(result.environment.pool.device_counts.values()) <= 4
 
 
 def test_a_device_named_twice_is_an_error(fast_config):

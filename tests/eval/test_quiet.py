@@ -153,5 +153,5 @@ def test_the_pool_stops_a_loading_candidate_while_another_is_timed(task, fast_co
             for req, res in pool.evaluate_many([EvalRequest(task, slow), EvalRequest(task, quick)])
         )
     assert results[slow].ok and results[quick].ok, (results[slow].error, results[quick].error)
-    assert results[quick].environment["workers_paused_while_timed"] == 1
-    assert results[slow].environment["workers_paused_while_timed"] == 0
+    assert results[quick].environment.workers_paused_while_timed == 1
+    assert results[slow].environment.workers_paused_while_timed == 0

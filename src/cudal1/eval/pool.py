@@ -23,6 +23,7 @@ compile, and builds share the CPU cores. ``Pool`` is the interface this pool and
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -40,7 +41,7 @@ from cudal1.eval.process.protocol import Role
 from cudal1.eval.process.sandbox import WorkerError, WorkerProcess
 from cudal1.eval.quiet import QuietWindows
 from cudal1.eval.workers import ReferenceWorker, build_env, default_build_cache
-from cudal1.schema import EvalRequest, EvalResult, Task
+from cudal1.schema import EvalRequest, EvalResult, PoolPlacement, Task
 
 log = logging.getLogger(__name__)
 
@@ -233,11 +234,10 @@ class EvalPool(StreamingPool):
         beside others, once more with the device to itself. A second evaluator error stays one:
         recorded as such, never as the candidate's failure."""
         result = self._run_once(task, source, exclusive=False)
-        if result.evaluator_error or result.environment.get("out_of_memory"):
+        if result.evaluator_error or result.environment.out_of_memory:
             log.warning("%s: retrying alone on the device after: %s", task.name, result.error[:200])
             again = self._run_once(task, source, exclusive=True)
-            again.environment["retried_after"] = result.error[:2000]
-            return again
+            return again.with_environment(retried_after=result.error[:2000])
         return result
 
     def _run_once(self, task: Task, source: str, *, exclusive: bool) -> EvalResult:
@@ -254,7 +254,7 @@ class EvalPool(StreamingPool):
             env, hit = build_env(source, probe, self.build_cache)
         finally:
             self._done_with(probe)
-        ev.environment["build_cache_hit"] = hit
+        ev.record.note(build_cache_hit=hit)
         cand = self._spares.take()
         self._quiet.enter_loading(cand)
         try:
@@ -270,9 +270,9 @@ class EvalPool(StreamingPool):
     def _on_device(self, ev: Evaluation, task: Task, cand: WorkerProcess, exclusive: bool) -> None:
         device = self._assign()
         ref = self._reference(task, device)
+        placement = PoolPlacement("local", devices=len(self.devices))
         try:
-            ev.device = device
-            ev.environment["pool"] = {"kind": "local", "devices": len(self.devices)}
+            ev.move_to(device)
             if not ev.attach_reference(ref):
                 return
             gate = self._gate(device, ref)
@@ -290,7 +290,7 @@ class EvalPool(StreamingPool):
             with self._assign_lock:
                 self._assigned[device] -= 1
                 self._timed[device] += 1
-                ev.environment["pool"]["device_counts"] = dict(self._timed)
+                ev.record.note(pool=dataclasses.replace(placement, device_counts=dict(self._timed)))
 
     def _check_and_time(self, ev: Evaluation, ref: ReferenceWorker, device: str) -> None:
         with self._device_locks[device], ref.lock:

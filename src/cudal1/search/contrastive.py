@@ -208,7 +208,7 @@ def store_reply(
 def device_held_seconds(result: EvalResult) -> float:
     """Seconds a result held the timing device: the evaluator's phases (``environment["device_s"]``)
     where it recorded them, else its device stages (``device_seconds``)."""
-    phases = result.environment.get("device_s")
+    phases = result.environment.device_s
     if isinstance(phases, dict) and phases:
         return float(sum(phases.values()))
     return device_seconds(result)

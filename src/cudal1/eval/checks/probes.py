@@ -28,7 +28,7 @@ size; hyperparameters passed as integers or nested values.
 
 The last two run after timing, so a candidate that crashes its worker on unexpected sizes (an
 out-of-bounds kernel) costs it the finding, not its measurement. A probe whose reference side
-fails (the task cannot take the change) is skipped and says so in ``environment["probes"]``.
+fails (the task cannot take the change) is skipped and says so in ``environment.probes``.
 """
 
 from __future__ import annotations
@@ -48,12 +48,14 @@ PERTURBED, SHAPES, INIT, WEIGHTS = "perturbed", "shapes", "init", "weights"
 
 
 class ProbeTarget(Protocol):
-    """What a probe needs of an evaluation (``evaluator.Evaluation`` provides it)."""
+    """What a probe needs of an evaluation (``worker_pair.WorkerPair`` provides it)."""
 
     task: Task
     config: EvalConfig
-    findings: list[Finding]
-    environment: dict[str, Any]
+
+    @property
+    def findings(self) -> list[Finding]: ...
+    def note_probe(self, probe: str, facts: dict[str, Any]) -> None: ...
 
     def reference(self, cmd: Command, **args: Any) -> dict[str, Any]: ...
     def candidate(self, cmd: Command, **args: Any) -> dict[str, Any]: ...
@@ -75,7 +77,7 @@ class ProbeTarget(Protocol):
 
 
 def _note(ev: ProbeTarget, probe: str, **facts: Any) -> None:
-    ev.environment.setdefault("probes", {})[probe] = facts
+    ev.note_probe(probe, facts)
 
 
 def sparse_perturbation(ev: ProbeTarget, key: str, seed: int) -> None:
