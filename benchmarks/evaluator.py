@@ -184,7 +184,7 @@ def _phase_sums(per_run: list[dict]) -> dict[str, float]:
 
 
 def _phase_line(runs: list[dict]) -> str:
-    """Where the device-held seconds went, summed over runs (Evaluation.phase)."""
+    """Where the device-held seconds went, summed over runs (record.EvaluationRecord.phase)."""
     sums = _phase_sums([r.get("device_s", {}) for r in runs])
     return "device-held seconds by phase: " + ", ".join(f"{k} {v:.1f}" for k, v in sums.items())
 
