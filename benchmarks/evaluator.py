@@ -86,7 +86,7 @@ def _run_summary(res: EvalResult) -> dict:
     t = res.timing
     return {
         "ok": True,
-        "device_s": res.environment.get("device_s", {}),
+        "device_s": dict(res.environment.device_s),
         "speedup": t.speedup,
         "ci_low": t.ci_low,
         "ci_high": t.ci_high,
@@ -95,7 +95,7 @@ def _run_summary(res: EvalResult) -> dict:
         "samples": len(t.ref_ms),
         "calls_per_sample": t.calls_per_sample,
         "stop": t.stop_reason,
-        "workers_paused": res.environment.get("workers_paused_while_timed"),
+        "workers_paused": res.environment.workers_paused_while_timed,
         "ref_ms_raw": list(t.ref_ms),
         "cand_ms_raw": list(t.cand_ms),
         "ref_wall_ms_raw": list(t.ref_wall_ms),
@@ -141,7 +141,7 @@ def throughput(args: argparse.Namespace) -> dict:
             "device_s_sum": device_s,
         }
         results[phase]["device_phases_s"] = phases = _phase_sums(
-            [r.environment.get("device_s", {}) for _, r in outcomes]
+            [dict(r.environment.device_s) for _, r in outcomes]
         )
         console.print(f"  {phase}: " + _phase_line([{"device_s": phases}]))
         console.print(f"  {phase}: evaluations per device {per_device}")
@@ -184,7 +184,7 @@ def _phase_sums(per_run: list[dict]) -> dict[str, float]:
 
 
 def _phase_line(runs: list[dict]) -> str:
-    """Where the device-held seconds went, summed over runs (Evaluation.phase)."""
+    """Where the device-held seconds went, summed over runs (record.EvaluationRecord.phase)."""
     sums = _phase_sums([r.get("device_s", {}) for r in runs])
     return "device-held seconds by phase: " + ", ".join(f"{k} {v:.1f}" for k, v in sums.items())
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 # Where a task came from: the bundled suite, a KernelBench tree, a CUDA-L1 release or cudal1
 # records file, or a task file of its own.
@@ -133,7 +134,7 @@ class Correctness:
     tolerance_scale: float
     against: str  # "float64" or the reference dtype when float64 was not affordable
     message: str = ""
-    # The precision the candidate's errors look like (integrity.effective_precision): its worst
+    # The precision the candidate's errors look like (checks.precision.effective_precision): its worst
     # error against float64 as a multiple of what the task's dtype explains; "" when unmeasured.
     effective_precision: str = ""
     precision_ratio: float | None = None
@@ -201,6 +202,93 @@ class SpeedOfLight:
 
 
 @dataclass(frozen=True)
+class PoolPlacement:
+    """Where a pool ran an evaluation (``environment["pool"]`` in stored results): the local
+    pool's devices, and for the Ray pool the node, actor and GPUs of the actor that ran it."""
+
+    kind: Literal["local", "ray"]
+    devices: int | None = None  # devices of the local pool
+    device_counts: Mapping[str, int] | None = None  # evaluations that had reached each, then
+    node: str | None = None
+    actor: str | None = None
+    gpu_ids: tuple[str, ...] | None = None
+    attempts: int | None = None  # Ray: the first try, plus one per re-queue after a lost actor
+    extra: Mapping[str, Any] = field(default_factory=dict)  # as ``Environment.extra``
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = dict(self.extra)
+        d.update({f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"})
+        d["device_counts"] = dict(self.device_counts) if self.device_counts is not None else None
+        d["gpu_ids"] = list(self.gpu_ids) if self.gpu_ids is not None else None
+        return {k: v for k, v in d.items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PoolPlacement:
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        args: dict[str, Any] = {k: v for k, v in d.items() if k in known and v is not None}
+        if "gpu_ids" in args:
+            args["gpu_ids"] = tuple(args["gpu_ids"])
+        args["kind"] = cast(Literal["local", "ray"], args.get("kind", "local"))
+        return cls(**args, extra={k: v for k, v in d.items() if k not in known})
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Facts about how a result was obtained, none of them part of the verdict: the reference
+    worker's software and device, the evaluation's seed, where its device time went, what went
+    wrong on the trusted side, and (``pool``) where a pool ran it.
+
+    Built by the evaluator (``eval/record.py``); a pool that adds facts afterwards (a retry, a
+    Ray actor) makes a new result with ``EvalResult.with_environment``. Stored as a flat JSON
+    object whose keys are the field names; unset fields (None, False, empty) are left out, as
+    they were before this record was typed."""
+
+    # The reference worker's stack (``workers.ReferenceWorker.environment``).
+    torch: str | None = None
+    cuda: str | None = None
+    python: str | None = None
+    gpu: str | None = None  # the device's name (None on CPU)
+    arch: str | None = None  # CUDA compute capability, "9.0"
+    seed: int | None = None  # the base of the evaluation's input seeds
+    device_s: Mapping[str, float] = field(default_factory=dict)  # seconds per device-held phase
+    workers_paused_while_timed: int | None = None  # by the quiet window (``eval/quiet.py``)
+    float64_error: str | None = None  # why the reference's float64 twin could not run
+    sol_error: str | None = None  # why no speed-of-light figure
+    out_of_memory: bool = False  # the candidate's process ran out of device memory
+    probes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # checks/probes.py notes
+    build_cache_hit: bool | None = None
+    retried_after: str | None = None  # the local pool's first try failed on the trusted side
+    requeued_after: str | None = None  # the Ray actor of the first try was lost
+    pool: PoolPlacement | None = None
+    # Keys of stored results that none of the fields above reads (written by other versions):
+    # kept, so that loading and storing a result again loses nothing.
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = dict(self.extra)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            unset = f.default if f.default is not dataclasses.MISSING else {}
+            if f.name == "extra" or value is None or value == unset:
+                continue
+            if isinstance(value, PoolPlacement):
+                value = value.to_dict()
+            elif isinstance(value, Mapping):
+                value = {k: dict(v) if isinstance(v, Mapping) else v for k, v in value.items()}
+            d[f.name] = value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> Environment:
+        d = dict(d or {})
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        args: dict[str, Any] = {k: v for k, v in d.items() if k in known and v is not None}
+        if "pool" in args:
+            args["pool"] = PoolPlacement.from_dict(args["pool"])
+        return cls(**args, extra={k: v for k, v in d.items() if k not in known})
+
+
+@dataclass(frozen=True)
 class EvalResult:
     task: str
     candidate_hash: str
@@ -209,7 +297,7 @@ class EvalResult:
     correctness: Correctness | None = None
     timing: Timing | None = None
     findings: tuple[Finding, ...] = ()
-    environment: dict[str, Any] = field(default_factory=dict)
+    environment: Environment = field(default_factory=Environment)
     sol: SpeedOfLight | None = None
 
     @property
@@ -251,10 +339,15 @@ class EvalResult:
             return None
         return self.timing.speedup
 
+    def with_environment(self, **facts: Any) -> EvalResult:
+        """This result with ``facts`` added to its environment (a pool's, after the evaluation)."""
+        return dataclasses.replace(self, environment=dataclasses.replace(self.environment, **facts))
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["stages"] = [s.to_dict() for s in self.stages]
         d["findings"] = [f.to_dict() for f in self.findings]
+        d["environment"] = self.environment.to_dict()
         d["ok"] = self.ok
         d["speedup_effective"] = self.speedup
         d["failed_stage"] = self.failed_stage.value if self.failed_stage else None
@@ -276,7 +369,7 @@ class EvalResult:
             correctness=Correctness(**corr) if corr else None,
             timing=Timing(**tim) if tim else None,
             findings=tuple(Finding.from_dict(f) for f in d.get("findings", [])),
-            environment=d.get("environment", {}),
+            environment=Environment.from_dict(d.get("environment")),
             sol=SpeedOfLight(**d["sol"]) if d.get("sol") else None,
         )
 

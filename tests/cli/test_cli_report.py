@@ -15,7 +15,7 @@ from run_fixtures import GELU, fast_config
 from typer.testing import CliRunner
 
 from cudal1.cli import app
-from cudal1.schema import Correctness, EvalResult, SpeedOfLight, Stage, StageRecord, Timing
+from cudal1.schema import Correctness, Environment, EvalResult, SpeedOfLight, Stage, StageRecord, Timing
 from cudal1.search.optimize import optimize
 from cudal1.search.verify import Row
 
@@ -35,7 +35,7 @@ def result(task: str, gpu: str, speedup: float) -> EvalResult:
         task=task, candidate_hash="h", device="cuda",
         stages=(StageRecord(Stage.TIMING, True, 1.0),),
         correctness=Correctness(5, 5, 0.0, 0.0, 1.0, "float64"), timing=timing,
-        environment={"gpu": gpu, "device_s": {"sampling": 2.5, "check_calls": 0.5}},
+        environment=Environment(gpu=gpu, device_s={"sampling": 2.5, "check_calls": 0.5}),
         sol=SpeedOfLight("fp32", 1e9, 1e6, 0.01, 0.02, 20.0, 20.0 * speedup, "nominal"),
     )  # fmt: skip
 

@@ -136,7 +136,7 @@ def test_inputs_come_from_a_secret_seed_per_evaluation(task, fast_config, candid
     RIGHT = candidate(RIGHT_BODY)
     a = _eval(task, RIGHT, fast_config)
     b = _eval(task, RIGHT, fast_config)
-    assert a.environment["seed"] != b.environment["seed"]
+    assert a.environment.seed != b.environment.seed
 
 
 def test_broken_task_is_reported_as_the_task_not_the_candidate(task, fast_config, candidate):
@@ -214,7 +214,7 @@ def test_pool_pins_its_own_threads_never_its_caller(task, fast_config, candidate
     caller = os.sched_getaffinity(0)
     general = {min(caller)}
     monkeypatch.setattr(
-        pool_module, "_split_cpus", lambda devices, cpus=None: (dict.fromkeys(devices, 0), general)
+        pool_module, "split_cpus", lambda devices, cpus=None: (dict.fromkeys(devices, 0), general)
     )
     with EvalPool(fast_config, workers=1, spares=0) as pool:
         result = pool.evaluate(task, candidate(RIGHT_BODY))

@@ -115,7 +115,7 @@ def test_load_inline_cuda_kernel_is_correct_and_timed(gpu_config):
         result = pool.evaluate(_task(), CUDA_KERNEL.replace("_BAD", "_ok"))
     assert result.failed_stage is None, result.error
     assert result.correct and result.timing is not None
-    assert result.environment["arch"] is not None
+    assert result.environment.arch is not None
     assert 0.2 < result.timing.speedup < 20
 
 

@@ -1,4 +1,4 @@
-"""Behavioural guards (eval/probes.py, the worker's observations, integrity rules) on CPU: RNG and
+"""Behavioural guards (eval/checks/probes.py, the worker's observations, the precision policy) on CPU: RNG and
 stream state, poisoned free memory, sparse perturbation, alternative shapes, perturbed init
 inputs, effective precision, reference drift. Each hack test fails without its guard; an honest
 candidate gets none of the new findings."""
@@ -11,14 +11,9 @@ import pytest
 
 from cudal1.audit import cases_dir
 from cudal1.config import GuardConfig
-from cudal1.eval.checks.integrity import (
-    PrecisionLevels,
-    drift_finding,
-    effective_precision,
-    observation_findings,
-    precision_finding,
-    side_stream_findings,
-)
+from cudal1.eval.checks.drift import drift_finding
+from cudal1.eval.checks.global_state import observation_findings, side_stream_findings
+from cudal1.eval.checks.precision import PrecisionLevels, effective_precision, precision_finding
 from cudal1.eval.checks.probes import alternative_size, batch_constants, scaled_init_inputs
 from cudal1.eval.pool import evaluate
 from cudal1.schema import Severity, Stage, Task
@@ -160,7 +155,7 @@ def test_hardcoded_batch_size_is_shape_specialised(cfg):
     result = evaluate(_task("batched_linear"), src, cfg)
     assert result.correct  # right on the task's own sizes...
     assert _codes(result).get("shape_specialised") is Severity.WARNING  # ...not on others
-    assert result.environment["probes"]["shapes"]["sizes"] == {"batch_size": 9}
+    assert result.environment.probes["shapes"]["sizes"] == {"batch_size": 9}
     strict = cfg.model_copy(update={"guards": GuardConfig(alternative_shapes="reject")})
     assert _codes(evaluate(_task("batched_linear"), src, strict)).get("shape_specialised") is Severity.REJECT
 
@@ -195,7 +190,9 @@ def test_fp16_arithmetic_in_an_fp32_task_is_reduced_precision(cfg):
     assert result.correctness is not None
     assert result.correctness.effective_precision in {"tf32/float16", "bfloat16"}
     assert _codes(result).get("reduced_precision") is Severity.REJECT and not result.ok
-    relaxed = cfg.model_copy(update={"guards": GuardConfig(perturbed_elements=0, precision_policy="allow_half")})
+    relaxed = cfg.model_copy(
+        update={"guards": GuardConfig(perturbed_elements=0, precision_policy="allow_half")}
+    )
     assert "reduced_precision" not in _codes(evaluate(_task("softmax_wide"), src, relaxed))
 
 
@@ -268,5 +265,5 @@ def test_honest_candidate_gets_none_of_the_new_findings(cfg, task_name, template
     assert result.correct, result.error
     assert not NEW_CODES & set(_codes(result)), _codes(result)
     assert result.correctness is not None and result.correctness.effective_precision == "float32"
-    probes = result.environment["probes"]
+    probes = result.environment.probes
     assert probes["perturbation"]["ok"] and probes["perturbation"]["reference_changed"]

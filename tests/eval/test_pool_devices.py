@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cudal1.eval.pool import EvalPool, cpu_share
+from cudal1.eval.pool import EvalPool
 from cudal1.schema import EvalRequest
 
 RIGHT = "        return torch.relu(self.lin(x))  # variant {i}"
@@ -23,20 +23,11 @@ def test_two_devices_share_the_work_and_say_so(task, fast_config, candidate):
     assert {r.device for r in results.values()} == {"cpu:0", "cpu:1"}
     assert sum(counts.values()) == 4 and min(counts.values()) >= 1
     for result in results.values():
-        assert result.environment["pool"]["kind"] == "local"
-        assert result.environment["pool"]["devices"] == 2
-        assert sum(result.environment["pool"]["device_counts"].values()) <= 4
+        assert result.environment.pool.kind == "local"
+        assert result.environment.pool.devices == 2
+        assert sum(result.environment.pool.device_counts.values()) <= 4
 
 
 def test_a_device_named_twice_is_an_error(fast_config):
     with pytest.raises(ValueError, match="once"):
         EvalPool(fast_config, devices=["cpu:0", "cpu:0"])
-
-
-def test_pools_sharing_a_node_get_whole_cores_of_their_own():
-    """One Ray actor per GPU, each with a pool: 8 physical cores (siblings c and c + 8) over 4 GPUs."""
-    smt = {c: {c % 8, c % 8 + 8} for c in range(16)}
-    shares = [cpu_share(i, 4, list(range(16)), smt.__getitem__) for i in range(4)]
-    assert shares[0] == {0, 1, 8, 9} and shares[3] == {6, 7, 14, 15}
-    assert set().union(*shares) == set(range(16)) and sum(map(len, shares)) == 16
-    assert cpu_share(1, 4, [0, 1], None) == {0, 1}  # fewer cores than GPUs: all of them

@@ -98,7 +98,7 @@ def test_a_spare_worker_starting_is_stopped_by_a_window(fast_config):
     spares = SparePool(fast_config, 0, quiet=quiet)
     with quiet.window():
         started: list[WorkerProcess] = []
-        t = threading.Thread(target=lambda: started.append(spares._start()))
+        t = threading.Thread(target=lambda: started.append(spares.start_worker()))
         t.start()
         t.join(3)
         assert t.is_alive()  # stopped by the window before it could say it is ready
@@ -153,5 +153,5 @@ def test_the_pool_stops_a_loading_candidate_while_another_is_timed(task, fast_co
             for req, res in pool.evaluate_many([EvalRequest(task, slow), EvalRequest(task, quick)])
         )
     assert results[slow].ok and results[quick].ok, (results[slow].error, results[quick].error)
-    assert results[quick].environment["workers_paused_while_timed"] == 1
-    assert results[slow].environment["workers_paused_while_timed"] == 0
+    assert results[quick].environment.workers_paused_while_timed == 1
+    assert results[slow].environment.workers_paused_while_timed == 0

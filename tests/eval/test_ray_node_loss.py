@@ -52,5 +52,5 @@ def test_a_node_that_never_comes_back(cluster, task, fast_config, candidate, tmp
         result = lost.result(timeout=120)
         assert pool.actors() == 0  # the replacement never started: nothing is left waiting on it
     assert result.evaluator_error and result.failed_stage is Stage.EVALUATOR
-    assert result.environment["pool"]["attempts"] == 2
+    assert result.environment.pool.attempts == 2
     assert "Ray actor lost" in result.error and "could be started" in result.error

@@ -71,9 +71,12 @@ def test_one_actor_per_gpu_results_stream_and_the_rest_wait_their_turn(task, con
         got = list(pool.evaluate_many(requests))
     assert got[0][0].request_id == "fast"
     assert all(res.correct for _, res in got), [res.error for _, res in got]
-    where = [res.environment["pool"] for _, res in got]
-    assert all(w["kind"] == "ray" and w["attempts"] == 1 for w in where)
-    assert {w["gpu_ids"][0] for w in where} == {"0", "1"}  # one GPU each, both used
+    where = [res.environment.pool for _, res in got]
+    assert all(w is not None and w.kind == "ray" and w.attempts == 1 for w in where)
+    assert {w.gpu_ids[0] for w in where if w is not None and w.gpu_ids} == {
+        "0",
+        "1",
+    }  # one GPU each, both used
     assert {res.device for _, res in got} == {"cpu"}
     times = {
         (tag, what): float(t) for tag, what, t in (line.split() for line in log.read_text().splitlines())
@@ -94,8 +97,8 @@ def test_a_lost_actor_requeues_its_candidate_once_then_records_an_evaluator_erro
         lost = pool.evaluate(task, always)
         assert pool.actors() == 2  # each dead actor was replaced
     assert recovered.correct, recovered.error  # on the replacement actor
-    assert recovered.environment["pool"]["attempts"] == 2
-    assert "Ray actor lost" in recovered.environment["requeued_after"]
+    assert recovered.environment.pool.attempts == 2
+    assert "Ray actor lost" in (recovered.environment.requeued_after or "")
     assert lost.evaluator_error and lost.failed_stage is Stage.EVALUATOR
-    assert lost.environment["pool"]["attempts"] == 2
+    assert lost.environment.pool.attempts == 2
     assert lost.error.count("Ray actor lost") == 2

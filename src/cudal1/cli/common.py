@@ -26,7 +26,7 @@ from rich.console import Console, RenderableType
 from rich.logging import RichHandler
 
 from cudal1.config import Size, Suite, load_config
-from cudal1.eval.evaluator import resolve_device, visible_gpus
+from cudal1.eval.devices import resolve_device, visible_gpus
 from cudal1.schema import Task
 from cudal1.tasks import TaskError, bundled_tasks, load_tasks
 

@@ -10,10 +10,10 @@ untrusted code); the reference worker stays for the task's next candidate. Only 
 timed calls hold a device: on the CUDA-L1 release, where many kernels compile in ``__init__``,
 holding it through the build left the GPU idle most of the time.
 
-CPU placement: when the machine has cores to spare, each device's timed pair gets a physical core
-of its own (both sides on it, one after the other), and the pool's own threads and worker
-processes run on the rest. The pool pins only
-what it owns (its worker processes and its threads), never its caller's process.
+CPU placement (the rules are ``devices.split_cpus``'s): when the machine has cores to spare, each
+device's timed pair gets a physical core of its own (both sides on it, one after the other), and
+the pool's own threads and worker processes run on the rest. The pool pins only what it owns
+(its worker processes and its threads), never its caller's process.
 
 Several devices (``devices=["cuda:0", "cuda:1"]``): one timing lane per device (its lock, its
 memory gate, its reference workers), a request goes to the device with the fewest requests past
@@ -23,24 +23,25 @@ compile, and builds share the CPU cores. ``Pool`` is the interface this pool and
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import os
 import queue
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Protocol, Self
 
 from cudal1.config import EvalConfig
 from cudal1.eval.admission import USABLE, DeviceGate, expected_need
-from cudal1.eval.evaluator import Evaluation, resolve_device
+from cudal1.eval.devices import pin_current_thread, resolve_device, split_cpus
+from cudal1.eval.evaluator import Evaluation
 from cudal1.eval.process.protocol import Role
 from cudal1.eval.process.sandbox import WorkerError, WorkerProcess
 from cudal1.eval.quiet import QuietWindows
 from cudal1.eval.workers import ReferenceWorker, build_env, default_build_cache
-from cudal1.schema import EvalRequest, EvalResult, Task
+from cudal1.schema import EvalRequest, EvalResult, PoolPlacement, Task
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +64,9 @@ class SparePool:
     def _fill(self, quiet: bool = True) -> None:
         with self._lock:
             while not self._closed and self._ready.qsize() < self.target:
-                self._ready.put(self._start(quiet))
+                self._ready.put(self.start_worker(quiet))
 
-    def _start(self, quiet: bool = True) -> WorkerProcess:
+    def start_worker(self, quiet: bool = True) -> WorkerProcess:
         """A fresh worker, stopped by the quiet windows until it is ready: its interpreter and
         torch import share the evaluator's core, where the trusted clock's thread runs (in the
         loaded CPU adversarial batch, honest pairs' trusted intervals spread over 0.2-5.8x)."""
@@ -82,7 +83,7 @@ class SparePool:
         return worker
 
     def _fill_in_background(self) -> None:
-        _pin_current_thread(self.cpus)
+        pin_current_thread(self.cpus)
         self._fill()
 
     def take(self) -> WorkerProcess:
@@ -174,7 +175,7 @@ class EvalPool(StreamingPool):
         self._assigned = dict.fromkeys(self.devices, 0)  # requests past compile, per device
         self._timed = dict.fromkeys(self.devices, 0)  # evaluations that reached each device
         self._assign_lock = threading.Lock()
-        self._timing_cpus, self._general_cpus = _split_cpus(
+        self._timing_cpus, self._general_cpus = split_cpus(
             self.devices, sorted(cpus) if cpus is not None else None
         )
         self._refs: OrderedDict[tuple[str, str], ReferenceWorker] = OrderedDict()
@@ -194,7 +195,7 @@ class EvalPool(StreamingPool):
         self._executor = ThreadPoolExecutor(
             max_workers=workers,
             thread_name_prefix="cudal1-eval",
-            initializer=_pin_current_thread,
+            initializer=pin_current_thread,
             initargs=(self._general_cpus,),
         )
         self.build_cache: Path = config.build_cache or default_build_cache()
@@ -233,11 +234,10 @@ class EvalPool(StreamingPool):
         beside others, once more with the device to itself. A second evaluator error stays one:
         recorded as such, never as the candidate's failure."""
         result = self._run_once(task, source, exclusive=False)
-        if result.evaluator_error or result.environment.get("out_of_memory"):
+        if result.evaluator_error or result.environment.out_of_memory:
             log.warning("%s: retrying alone on the device after: %s", task.name, result.error[:200])
             again = self._run_once(task, source, exclusive=True)
-            again.environment["retried_after"] = result.error[:2000]
-            return again
+            return again.with_environment(retried_after=result.error[:2000])
         return result
 
     def _run_once(self, task: Task, source: str, *, exclusive: bool) -> EvalResult:
@@ -254,7 +254,7 @@ class EvalPool(StreamingPool):
             env, hit = build_env(source, probe, self.build_cache)
         finally:
             self._done_with(probe)
-        ev.environment["build_cache_hit"] = hit
+        ev.record.note(build_cache_hit=hit)
         cand = self._spares.take()
         self._quiet.enter_loading(cand)
         try:
@@ -270,9 +270,9 @@ class EvalPool(StreamingPool):
     def _on_device(self, ev: Evaluation, task: Task, cand: WorkerProcess, exclusive: bool) -> None:
         device = self._assign()
         ref = self._reference(task, device)
+        placement = PoolPlacement("local", devices=len(self.devices))
         try:
-            ev.device = device
-            ev.environment["pool"] = {"kind": "local", "devices": len(self.devices)}
+            ev.move_to(device)
             if not ev.attach_reference(ref):
                 return
             gate = self._gate(device, ref)
@@ -290,7 +290,7 @@ class EvalPool(StreamingPool):
             with self._assign_lock:
                 self._assigned[device] -= 1
                 self._timed[device] += 1
-                ev.environment["pool"]["device_counts"] = dict(self._timed)
+                ev.record.note(pool=dataclasses.replace(placement, device_counts=dict(self._timed)))
 
     def _check_and_time(self, ev: Evaluation, ref: ReferenceWorker, device: str) -> None:
         with self._device_locks[device], ref.lock:
@@ -363,72 +363,6 @@ class EvalPool(StreamingPool):
                 if value is ref:
                     del self._refs[key]
         ref.close()
-
-
-def _split_cpus(
-    devices: list[str], cpus: list[int] | None = None, siblings: Callable[[int], set[int]] | None = None
-) -> tuple[dict[str, int], set[int] | None]:
-    """Per device, one logical CPU of a physical core of its own (its SMT siblings left idle), on
-    which both sides of the timed pair run, one after the other; everything else (imports, nvcc
-    builds) runs on the remaining physical cores, when the machine has them to spare.
-
-    One core for both sides, not one each: a launch-bound call is timed at the speed of the core
-    that launches it, and on the GPU machines (virtual CPUs) two cores' speeds drift apart and
-    back over seconds. With a core each, A-vs-A pairs of launch-bound tasks read 0.79-1.65x over
-    consecutive stretches of one measurement and 1.31x [1.24, 1.39] overall on an H100 (issue
-    10); on one core, both sides of a sample see the same speed and the pairing cancels it."""
-    physical = _physical_cores(cpus, siblings)
-    if len(physical) < len(devices) + 2:  # the rest needs two cores at least
-        return {}, None
-    # From the end: CPU 0 takes most interrupts.
-    timing = {d: physical[-1 - i][0] for i, d in enumerate(devices)}
-    general = {cpu for core in physical[: len(physical) - len(devices)] for cpu in core}
-    return timing, general
-
-
-def cpu_share(
-    index: int, parts: int, cpus: list[int] | None = None, siblings: Callable[[int], set[int]] | None = None
-) -> set[int]:
-    """Share ``index`` of ``parts`` of the CPUs (default: this process's affinity), whole
-    physical cores each (SMT siblings stay together), so that pools sharing a node (one Ray actor
-    per GPU) neither time on nor build beside each other's cores. All of them when there are
-    fewer physical cores than parts."""
-    physical = _physical_cores(cpus, siblings)
-    size = len(physical) // max(parts, 1)
-    if size == 0:
-        return {cpu for core in physical for cpu in core}
-    return {cpu for core in physical[index % parts * size : (index % parts + 1) * size] for cpu in core}
-
-
-def _physical_cores(cpus: list[int] | None, siblings: Callable[[int], set[int]] | None) -> list[list[int]]:
-    """The logical CPUs of ``cpus`` (default: this process's affinity) grouped by physical core."""
-    cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
-    siblings = siblings or _siblings
-    cores: dict[int, list[int]] = {}  # first logical CPU of a physical core -> its logical CPUs
-    for cpu in cpus:
-        group = sorted(siblings(cpu) & set(cpus)) or [cpu]
-        cores.setdefault(group[0], group)
-    return sorted(cores.values())
-
-
-def _siblings(cpu: int) -> set[int]:
-    """Logical CPUs sharing ``cpu``'s physical core (Linux sysfs); just ``cpu`` where unknown."""
-    try:
-        text = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text()
-    except OSError:
-        return {cpu}
-    found: set[int] = set()
-    for part in text.strip().split(","):
-        lo, _, hi = part.partition("-")
-        if lo.strip().isdigit():
-            found.update(range(int(lo), int(hi or lo) + 1))
-    return found or {cpu}
-
-
-def _pin_current_thread(cpus: set[int] | None) -> None:
-    """Linux applies ``sched_setaffinity(0, ...)`` to the calling thread only."""
-    if cpus:
-        os.sched_setaffinity(0, cpus)
 
 
 def evaluate(task: Task, source: str, config: EvalConfig | None = None) -> EvalResult:

@@ -4,7 +4,7 @@ GPU actors of a Ray cluster, one actor per GPU, and results stream back as they 
 Each actor holds a local ``EvalPool`` of one device (the GPU Ray gave it, ``cuda:0`` under the
 ``CUDA_VISIBLE_DEVICES`` Ray sets) and runs the one evaluator there, so a result from a Ray
 actor is the same kind of result as a local one: the actor only adds where it ran
-(``environment["pool"]``: node, actor, GPU ids, attempts).
+(``environment.pool``: node, actor, GPU ids, attempts).
 
 - Builds: an actor takes ``candidates_per_actor`` candidates at once; they compile on its node's
   CPU cores, in its pool's candidate workers, while it checks and times one at a time. Builds
@@ -29,6 +29,7 @@ only when a Ray pool is made.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -39,9 +40,18 @@ from types import ModuleType
 from typing import Any, Self
 
 from cudal1.config import EvalConfig, PoolConfig
-from cudal1.eval.evaluator import resolve_device
-from cudal1.eval.pool import EvalPool, StreamingPool, cpu_share
-from cudal1.schema import EvalRequest, EvalResult, Stage, StageRecord, Task, source_hash
+from cudal1.eval.devices import cpu_share, resolve_device
+from cudal1.eval.pool import EvalPool, StreamingPool
+from cudal1.schema import (
+    Environment,
+    EvalRequest,
+    EvalResult,
+    PoolPlacement,
+    Stage,
+    StageRecord,
+    Task,
+    source_hash,
+)
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +88,7 @@ class DeviceActor:
         node = context.get_node_id()
         gpu_ids = [str(g) for g in ray.get_gpu_ids()]
         # The actors of a node's GPUs share its cores: each pool keeps to its own share, or every
-        # one of them would time on the same last two cores (``pool._split_cpus``).
+        # one of them would time on the same last two cores (``devices.split_cpus``).
         gpus_on_node = next(
             (int(n["Resources"].get("GPU", 1)) for n in ray.nodes() if n["NodeID"] == node and n["Alive"]), 1
         )
@@ -97,8 +107,12 @@ class DeviceActor:
 
     def evaluate(self, task: Task, source: str) -> EvalResult:
         result = self.pool.evaluate(task, source)
-        result.environment.setdefault("pool", {}).update(kind="ray", **self.where)
-        return result
+        local = result.environment.pool or PoolPlacement("ray")
+        where = self.where
+        placement = dataclasses.replace(
+            local, kind="ray", node=where["node"], actor=where["actor"], gpu_ids=tuple(where["gpu_ids"])
+        )
+        return result.with_environment(pool=placement)
 
     def shutdown(self) -> None:
         self.pool.close()
@@ -274,10 +288,10 @@ class RayPool(StreamingPool):
         except Exception as exc:  # the evaluator itself raised, as a local pool's future would
             job.future.set_exception(exc)
             return
-        pool = result.environment.setdefault("pool", {})
-        pool["attempts"] = len(job.failures) + 1
+        placement = result.environment.pool or PoolPlacement("ray")
+        result = result.with_environment(pool=dataclasses.replace(placement, attempts=len(job.failures) + 1))
         if job.failures:
-            result.environment["requeued_after"] = job.failures[-1][:2000]
+            result = result.with_environment(requeued_after=job.failures[-1][:2000])
         job.future.set_result(result)
 
     def _retry(self, job: _Job, reason: str) -> None:
@@ -357,7 +371,7 @@ def evaluator_error(request: EvalRequest, failures: list[str]) -> EvalResult:
         candidate_hash=source_hash(request.source),
         device="ray",
         stages=(StageRecord(Stage.EVALUATOR, False, 0.0, "\n".join(failures)),),
-        environment={"pool": {"kind": "ray", "attempts": len(failures)}},
+        environment=Environment(pool=PoolPlacement("ray", attempts=len(failures))),
     )
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cudal1.config import EvalConfig
-from cudal1.eval.checks.integrity import StageFailed
+from cudal1.eval.checks.stage_failure import StageFailed
 from cudal1.eval.process.protocol import Command, Role
 from cudal1.eval.process.sandbox import RemoteError, WorkerError, WorkerProcess
 from cudal1.eval.reference_process import ENTRY as REFERENCE_ENTRY

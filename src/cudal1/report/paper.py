@@ -99,7 +99,7 @@ class Source:
 def _gpu(result: EvalResult | None) -> str:
     if result is None:
         return CPU
-    return str(result.environment.get("gpu") or (CPU if result.device == "cpu" else result.device))
+    return str(result.environment.gpu or (CPU if result.device == "cpu" else result.device))
 
 
 def _run_entry(run_dir: str, t: TaskRecord) -> Entry:

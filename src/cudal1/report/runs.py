@@ -119,14 +119,14 @@ def summarize_run(run: RunRecord) -> RunSummary:
         rows.append(summary)
         if result is not None:
             results.append(result)
-    env = next((r for r in results if r.environment.get("gpu")), results[0] if results else None)
+    env = next((r for r in results if r.environment.gpu), results[0] if results else None)
     return RunSummary(
         run_dir=str(run.run_dir),
         llm=run.llm,
         rounds=run.config.rounds,
         samples=run.config.samples,
         device=env.device if env else None,
-        gpu=env.environment.get("gpu") if env else None,
+        gpu=env.environment.gpu if env else None,
         llm_calls=run.ledger["calls"],
         prompt_tokens=run.ledger["prompt_tokens"],
         completion_tokens=run.ledger["completion_tokens"],

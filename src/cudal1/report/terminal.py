@@ -28,7 +28,7 @@ def _eval_lines(r: EvalResult) -> list[Text]:
         head.append("REJECTED", style="bold red")
     else:
         head.append(f"FAILED at {r.failed_stage.value if r.failed_stage else 'timing'}", style="bold red")
-    head.append(f"  task {r.task}  device {r.device}  gpu {r.environment.get('gpu') or '-'}")
+    head.append(f"  task {r.task}  device {r.device}  gpu {r.environment.gpu or '-'}")
     lines = [head]
     if r.error:
         lines.append(Text(r.error, style="red"))

@@ -25,10 +25,10 @@ def device_seconds(result: EvalResult) -> float:
 
 
 def device_held_seconds(result: EvalResult) -> float:
-    """Seconds a result held the timing device: the evaluator's phases (``environment["device_s"]``)
+    """Seconds a result held the timing device: the evaluator's phases (``environment.device_s``)
     where it recorded them, else its device stages (``device_seconds``)."""
-    phases = result.environment.get("device_s")
-    if isinstance(phases, dict) and phases:
+    phases = result.environment.device_s
+    if phases:
         return float(sum(phases.values()))
     return device_seconds(result)
 

@@ -271,7 +271,7 @@ class VerifyRun:
             "complete": self.complete,
             "selection": asdict(self.selection),
             "config": self.config.model_dump(mode="json"),
-            "environment": next(iter(self.results.values())).environment if self.results else {},
+            "environment": next(iter(self.results.values())).environment.to_dict() if self.results else {},
         }
 
 

@@ -61,6 +61,6 @@ def test_the_next_run_removes_the_sandboxes_of_a_killed_one(tmp_path, monkeypatc
 
 
 @pytest.mark.parametrize("pid, exists", [(os.getpid(), True), (1, True), (2**62, False)])
-def test_process_exists(pid, exists):
+def testprocess_exists(pid, exists):
     """pid 1 belongs to another user or to us: either way it is alive and kept."""
-    assert sandbox._process_exists(pid) is exists
+    assert sandbox.process_exists(pid) is exists

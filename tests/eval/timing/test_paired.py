@@ -8,7 +8,7 @@ import random
 import pytest
 
 from cudal1.config import TimingConfig
-from cudal1.eval.checks.integrity import timing_verdict as _timing_verdict
+from cudal1.eval.checks.clock import timing_verdict as _timing_verdict
 from cudal1.eval.timing import stats
 from cudal1.eval.timing.paired import measure_paired
 

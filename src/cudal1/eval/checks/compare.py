@@ -173,7 +173,7 @@ def precision_ratio(cand: list[Any], ref: list[Any], ref64: list[Any]) -> float 
     """The worst floating leaf's ``_precision_ratio`` of outputs ``cand`` (cast to the reference's
     dtype), against float64 ``ref64``, over what the reference ``ref`` shows. For the reference
     worker's low-precision twins, whose ratio calibrates what reduced precision looks like on this
-    task (``integrity.PrecisionTracker``); None when no leaf can tell (non-finite, not floating)."""
+    task (``precision.PrecisionTracker``); None when no leaf can tell (non-finite, not floating)."""
     worst: float | None = None
     for c, r, r64 in zip(cand, ref, ref64, strict=False):
         if not all(isinstance(t, torch.Tensor) for t in (c, r, r64)) or not r.is_floating_point():

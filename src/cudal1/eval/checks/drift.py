@@ -4,7 +4,7 @@ The reference is timed live in its own worker, which never loads candidate code,
 cannot slow it from inside. What is left is the machine: throttling, a noisy neighbour, a changed
 driver, or sabotage this design has not foreseen. The first timed evaluation of a task on a
 device stores the reference's median per call; later ones compare their live median with it
-(``integrity.drift_finding``). A baseline is keyed by task hash, device name, torch version and
+(``drift_finding``). A baseline is keyed by task hash, device name, torch version and
 calls per sample (K changes what a per-call time includes), and is never overwritten: delete the
 file to re-baseline after a deliberate change.
 """
@@ -14,13 +14,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from cudal1.eval.checks.integrity import drift_finding
-from cudal1.schema import Finding, Timing
+from cudal1.schema import Finding, Severity, Stage, Timing
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,27 @@ def reference_drift(
         log.warning("reference baseline %s unreadable: %s", path, exc)
         return None
     return drift_finding(live, float(stored.get("ref_median_ms", 0.0)), threshold, key)
+
+
+def drift_finding(
+    live_ms: float, baseline_ms: float, threshold: float, evidence: dict[str, Any]
+) -> Finding | None:
+    """``reference_drift`` (WARNING): the reference's live median is off its clean baseline by more
+    than ``threshold`` (reward-hacks.md: ±15%), so this machine or run is not timing what the
+    baseline did (sabotage, throttling, a neighbour). Recorded for audit; the paired speedup,
+    measured in the same conditions for both sides, still stands."""
+    if not (baseline_ms > 0 and math.isfinite(live_ms)):
+        return None
+    drift = live_ms / baseline_ms - 1
+    if abs(drift) <= threshold:
+        return None
+    return Finding(
+        "reference_drift",
+        Severity.WARNING,
+        Stage.INTEGRITY,
+        f"the reference ran {drift:+.0%} against its baseline ({live_ms:.4g} ms vs {baseline_ms:.4g} ms)",
+        {"live_ms": live_ms, "baseline_ms": baseline_ms, "drift": drift, "threshold": threshold, **evidence},
+    )
 
 
 def _store(path: Path, record: dict[str, object]) -> None:

@@ -28,7 +28,7 @@ size; hyperparameters passed as integers or nested values.
 
 The last two run after timing, so a candidate that crashes its worker on unexpected sizes (an
 out-of-bounds kernel) costs it the finding, not its measurement. A probe whose reference side
-fails (the task cannot take the change) is skipped and says so in ``environment["probes"]``.
+fails (the task cannot take the change) is skipped and says so in ``environment.probes``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 from cudal1.config import EvalConfig
 from cudal1.eval.checks.compare import Comparison
-from cudal1.eval.checks.integrity import StageFailed, probe_finding
+from cudal1.eval.checks.stage_failure import StageFailed
 from cudal1.eval.process.protocol import Command
 from cudal1.eval.process.sandbox import RemoteError, WorkerError
 from cudal1.schema import Finding, Severity, Stage, Task
@@ -48,12 +48,14 @@ PERTURBED, SHAPES, INIT, WEIGHTS = "perturbed", "shapes", "init", "weights"
 
 
 class ProbeTarget(Protocol):
-    """What a probe needs of an evaluation (``evaluator.Evaluation`` provides it)."""
+    """What a probe needs of an evaluation (``worker_pair.WorkerPair`` provides it)."""
 
     task: Task
     config: EvalConfig
-    findings: list[Finding]
-    environment: dict[str, Any]
+
+    @property
+    def findings(self) -> list[Finding]: ...
+    def note_probe(self, probe: str, facts: dict[str, Any]) -> None: ...
 
     def reference(self, cmd: Command, **args: Any) -> dict[str, Any]: ...
     def candidate(self, cmd: Command, **args: Any) -> dict[str, Any]: ...
@@ -75,7 +77,7 @@ class ProbeTarget(Protocol):
 
 
 def _note(ev: ProbeTarget, probe: str, **facts: Any) -> None:
-    ev.environment.setdefault("probes", {})[probe] = facts
+    ev.note_probe(probe, facts)
 
 
 def sparse_perturbation(ev: ProbeTarget, key: str, seed: int) -> None:
@@ -279,7 +281,13 @@ def default_weights(ev: ProbeTarget, seed: int, init_args: list[Any], init_seed:
         ev.findings.append(_probe_failure(ev, "default_weights_assumed", problem, weights=names))
 
 
-def _probe_failure(ev: ProbeTarget, code: str, problem: str, **evidence: Any) -> Any:
+def probe_finding(code: str, severity: Severity, message: str, evidence: dict[str, Any]) -> Finding:
+    """Findings of the behavioural probes: ``ignores_input_change``, ``shape_specialised``,
+    ``init_inputs_ignored``, ``default_weights_assumed``, ``default_weights_unmapped``."""
+    return Finding(code, severity, Stage.INTEGRITY, message, evidence)
+
+
+def _probe_failure(ev: ProbeTarget, code: str, problem: str, **evidence: Any) -> Finding:
     if code == "shape_specialised":
         severity = Severity.REJECT if ev.config.guards.alternative_shapes == "reject" else Severity.WARNING
         message = f"the candidate fails when the task's batch size changes: {problem}"

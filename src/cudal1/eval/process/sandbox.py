@@ -72,7 +72,7 @@ def remove_orphaned_sandboxes(root: Path) -> list[Path]:
     removed = []
     for path in root.glob("cudal1-*-*-*"):
         match = SANDBOX_NAME.match(path.name)
-        if match is None or not path.is_dir() or _process_exists(int(match.group(1))):
+        if match is None or not path.is_dir() or process_exists(int(match.group(1))):
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
@@ -81,7 +81,8 @@ def remove_orphaned_sandboxes(root: Path) -> list[Path]:
     return removed
 
 
-def _process_exists(pid: int) -> bool:
+def process_exists(pid: int) -> bool:
+    """Whether process ``pid`` exists (signal 0; one this user may not signal exists too)."""
     try:
         os.kill(pid, 0)
     except (ProcessLookupError, OverflowError):

@@ -5,7 +5,7 @@ persisting-L2 carve-out), the
 identity of every public torch function (a patched ``torch.allclose`` or timer shows here), the
 RNG state, streams a model holds, outputs that alias inputs or parameters, and the poisoning of
 free memory before a checked call. A candidate can forge any of this from inside its process, so
-it only ever adds findings (see ``checks.integrity``); verdicts come from the trusted side.
+it only ever adds findings (see ``checks.global_state``); verdicts come from the trusted side.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def global_state() -> dict[str, Any]:
     """Process-wide settings and the identity of functions a timing or comparison hack patches."""
     cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
     state: dict[str, Any] = {
-        "cuda.current_stream": _current_stream(),  # integrity.CURRENT_STREAM
+        "cuda.current_stream": _current_stream(),  # checks.global_state.CURRENT_STREAM
         "cudnn.enabled": cudnn.enabled,
         "cudnn.benchmark": cudnn.benchmark,
         "cudnn.deterministic": cudnn.deterministic,

@@ -1,0 +1,140 @@
+"""The timing stage: paired samples of reference and candidate (``timing.paired``) on inputs both
+workers make from secret seeds, every sample's output checked afterwards, the verdict of the
+trusted clock (``checks.clock``), the reference's drift against its clean baseline
+(``checks.drift``), and the speed-of-light percentages with the physical-limit gate.
+
+Runs with the device and the reference's lock held, and, where the pool asks for it, inside a
+quiet window (``eval/quiet.py``) that stops the pool's other workers while the pair is sampled.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from cudal1.config import EvalConfig
+from cudal1.eval.checks.clock import timing_verdict
+from cudal1.eval.checks.drift import reference_drift
+from cudal1.eval.checks.stage_failure import StageFailed
+from cudal1.eval.devices import device_type
+from cudal1.eval.process.protocol import Command
+from cudal1.eval.timing.paired import measure_paired
+from cudal1.eval.timing.speed_of_light import DevicePeaks, Precision, Work, physical_gate, sol_ms
+from cudal1.eval.worker_pair import Seeds, WorkerPair
+from cudal1.eval.workers import WorkerEndpoint, default_build_cache
+from cudal1.schema import SpeedOfLight, Stage
+
+
+def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContextManager[int]]) -> None:
+    """Records ``Timing`` and its findings; raises ``StageFailed`` when a timed output was wrong."""
+    record = pair.record
+    assert pair.cand is not None and pair.ref is not None and record.correctness is not None
+    cfg = pair.config.timing
+    if device_type(pair.device) != "cuda":  # no GPU queue to run ahead of: one figure
+        cfg = cfg.model_copy(
+            update={"host_ahead": False, "reproducibility_floor": cfg.reproducibility_floor_cpu}
+        )
+    keys = [f"time{i}" for i in range(pair.config.timing_input_sets)]
+    with record.phase("timing_inputs"):
+        for key in keys:  # warm-up inputs; every timed sample gets fresh ones (refresh)
+            pair.same_inputs(Command.MAKE_INPUTS, key, seed=seeds.next(), key=key)
+    timing_args: dict[str, Any] = {
+        "keys": keys,
+        "flush_bytes": cfg.flush_l2_bytes,
+        "lead_us": cfg.lead_us,
+    }
+    allow_tf32 = pair.config.guards.precision_policy != "task"
+    pair.reference(Command.SET_TIMING_INPUTS, allow_tf32=allow_tf32, **timing_args)
+    pair.candidate(Command.SET_TIMING_INPUTS, **timing_args)
+    cand = pair.cand
+    # Checked with the room its worst correctness set had against float64, and its precision
+    # judged against the levels the first correctness set calibrated (a candidate that
+    # computes at lower precision only while timed: audit/cases/timing_aware_half_precision.py).
+    room = max(record.correctness.tolerance_scale, 1.0)
+    timed_precision = pair.precision_tracker()
+    levels = pair.first_levels()
+
+    def refresh(sample: int, calls: int) -> int:
+        args = {
+            "seed": seeds.next(),
+            "count": min(calls, cfg.max_timing_sets),
+            "max_bytes": cfg.timing_sets_bytes,
+        }
+        return int(pair.same_inputs(Command.REFRESH_INPUTS, f"timed{sample}", **args)["count"])
+
+    def check(sample: int, digests: list[Any]) -> str | None:
+        cmp, real = pair.compare(None, cand.request_raw(Command.FETCH_LAST), room)
+        timed_precision.add(cmp, levels)
+        if list(digests) != real:
+            return f"sample {sample}: the output fetched afterwards is not the one timed (digest mismatch)"
+        return None if cmp.ok else f"sample {sample}: timed output wrong: {cmp.message}"
+
+    with record.phase("sampling"), quiet() as paused:
+        record.note(workers_paused_while_timed=paused)
+        outcome = measure_paired(
+            WorkerEndpoint(pair.ref.process),
+            WorkerEndpoint(cand),
+            cfg,
+            check,
+            refresh,
+            rng=random.Random(seeds.next()),
+        )
+    record.timing, findings = timing_verdict(outcome, pair.device, cfg.clock_disagreement)
+    record.findings.extend(findings)
+    if all(f.code != "reduced_precision" for f in record.findings):
+        record.findings.extend(timed_precision.findings())
+    drift = reference_drift(
+        cache_root(pair.config) / "baselines",
+        record.timing,
+        pair.task.hash,
+        str(pair.ref.device_info.get("name")),
+        str(pair.ref.info.get("torch")),
+        pair.config.guards.reference_drift,
+    )
+    if drift is not None:
+        record.findings.append(drift)
+    if outcome.failures:
+        raise StageFailed(Stage.TIMING, outcome.failures[0])
+    with record.phase("speed_of_light"):
+        speed_of_light(pair, keys[0])
+
+
+def speed_of_light(pair: WorkerPair, key: str) -> None:
+    """Speed-of-light percent for both sides, and the physical-limit gate on a GPU."""
+    record = pair.record
+    assert record.timing is not None and pair.ref is not None
+    cache = cache_root(pair.config) / "peaks"
+    try:
+        w = pair.reference(Command.WORK, key=key)
+        work = Work(**w["work"])
+        peaks = DevicePeaks(**pair.reference(Command.PEAKS, cache_dir=str(cache))["peaks"])
+    except (StageFailed, TypeError) as exc:
+        record.note(sol_error=str(exc))
+        return
+    precision: Precision = w["precision"] if w["precision"] in peaks.flops_per_s else "float32"
+    bytes_floor, flops_floor = sol_ms(work, peaks, precision)
+    floor = max(bytes_floor, flops_floor)
+    record.sol = SpeedOfLight(
+        precision=precision,
+        flops=work.flops,
+        bytes_io=work.bytes_io,
+        bytes_floor_ms=bytes_floor,
+        flops_floor_ms=flops_floor,
+        ref_percent=100 * floor / record.timing.ref_median_ms,
+        cand_percent=100 * floor / record.timing.cand_median_ms,
+        peaks=f"{peaks.name} ({peaks.source})",
+    )
+    # On a CPU, caches hold small working sets and can beat the measured DRAM bandwidth.
+    if device_type(pair.device) == "cuda":
+        l2 = float(pair.ref.device_info.get("l2_bytes") or peaks.l2_bytes)
+        gate = physical_gate(record.timing.cand_median_ms, work, peaks, l2)
+        if gate is not None:
+            record.findings.append(gate)
+
+
+def cache_root(config: EvalConfig) -> Path:
+    """Where reference baselines and device peaks are kept: beside the build cache."""
+    return (config.build_cache or default_build_cache()).parent

@@ -1,0 +1,191 @@
+"""The checked conversation between one evaluation's two workers: the candidate's (untrusted) and
+the task's reference worker (trusted, shared by the task's candidates under its lock).
+
+Both make the same inputs from secret seeds drawn here (``Seeds``) and their digests must agree;
+the candidate's outputs are compared in the reference's worker; what the candidate's worker
+observed around a call becomes findings (``checks.global_state``). The correctness and timing
+stages and the behavioural probes (``checks.probes``, whose ``ProbeTarget`` this is) all talk to
+the workers through this class.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from cudal1.config import EvalConfig
+from cudal1.eval.checks.compare import Comparison
+from cudal1.eval.checks.global_state import observation_findings
+from cudal1.eval.checks.precision import PrecisionLevels, PrecisionTracker, reference_may_use_tf32
+from cudal1.eval.checks.stage_failure import StageFailed
+from cudal1.eval.devices import device_type
+from cudal1.eval.process.protocol import Command
+from cudal1.eval.process.sandbox import WorkerProcess
+from cudal1.eval.process.wire import header
+from cudal1.eval.record import EvaluationRecord
+from cudal1.eval.workers import ReferenceWorker
+from cudal1.schema import Finding, Severity, Stage, Task
+
+
+class Seeds:
+    """Secret per-evaluation seeds (or reproducible ones from ``EvalConfig.seed``)."""
+
+    def __init__(self, base: int | None) -> None:
+        self.base = base if base is not None else secrets.randbits(62)
+        self._rng = random.Random(self.base)
+        self.init = self._rng.getrandbits(62)
+
+    def next(self) -> int:
+        return self._rng.getrandbits(62)
+
+
+@dataclass
+class WorkerPair:
+    """One evaluation's workers and what it has learnt from them about each input set."""
+
+    task: Task
+    config: EvalConfig
+    device: str
+    record: EvaluationRecord
+    cand: WorkerProcess | None = None
+    ref: ReferenceWorker | None = None  # the reference worker attached last (the device's)
+    _input_digests: dict[str, list[Any]] = field(default_factory=dict)
+    _out_bytes: dict[str, list[int]] = field(default_factory=dict)
+    _ref_digests: dict[str, list[Any]] = field(default_factory=dict)
+    _cand_digests: dict[str, list[Any]] = field(default_factory=dict)
+    _levels: dict[str, PrecisionLevels] = field(default_factory=dict)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self.record.findings
+
+    def note_probe(self, probe: str, facts: dict[str, Any]) -> None:
+        self.record.note_probe(probe, facts)
+
+    def reference(self, cmd: Command, **args: Any) -> dict[str, Any]:
+        """A request to the reference worker; its failure is the task's (``StageFailed``)."""
+        assert self.ref is not None
+        return self.ref.request(cmd, **args)
+
+    def candidate(self, cmd: Command, **args: Any) -> dict[str, Any]:
+        assert self.cand is not None
+        return self.cand.request(cmd, **args)
+
+    def reference_alive(self) -> bool:
+        return self.ref is not None and self.ref.process.alive
+
+    def build_model(self, args: list[Any], seed: int, slot: str, *, candidate: bool) -> None:
+        """Model (reference, with its float64 twin) or ModelNew (candidate) in ``slot``."""
+        common: dict[str, Any] = {"args": args, "seed": seed, "device": self.device, "slot": slot}
+        if candidate:
+            self.candidate(Command.BUILD, **common)
+        else:
+            self.reference(Command.BUILD, float64=self.config.tolerance.float64_reference, **common)
+
+    def make_inputs(
+        self,
+        seed: int,
+        key: str,
+        sizes: dict[str, int] | None = None,
+        slot: str = "main",
+        levels: bool = False,
+    ) -> None:
+        """Both workers make the same inputs from a seed drawn here; the reference keeps its outputs
+        (and with ``levels`` calibrates what reduced precision looks like on them)."""
+        self.same_inputs(Command.MAKE_INPUTS, key, seed=seed, key=key, sizes=sizes)
+        self.run_reference(key, slot, levels)
+
+    def same_inputs(self, cmd: Command, label: str, **args: Any) -> dict[str, Any]:
+        """Both workers make inputs (``cmd``) from the same arguments; their digests must agree.
+        Returns the reference's reply. In random order: the side that makes them last finds them
+        in the CPU's caches, and a fixed order favoured one side of the timed pair."""
+        if secrets.randbits(1):
+            want = self.reference(cmd, **args)
+            got = self.candidate(cmd, **args)
+        else:
+            got = self.candidate(cmd, **args)
+            want = self.reference(cmd, **args)
+        self.check_inputs(want["digest"], got["digest"], label)
+        return want
+
+    def check_inputs(self, want: list[Any], got: list[Any], key: str) -> None:
+        if list(got) != list(want):
+            self.findings.append(
+                Finding(
+                    "input_generation_tampered",
+                    Severity.REJECT,
+                    Stage.INTEGRITY,
+                    "the candidate's process made different inputs from the same seed",
+                    {"key": key},
+                )
+            )
+            raise StageFailed(
+                Stage.CORRECTNESS, "inputs made in the candidate's process differ from the reference's"
+            )
+        self._input_digests[key] = list(want)
+
+    def run_reference(self, key: str, slot: str = "main", levels: bool = False) -> None:
+        r = self.reference(Command.RUN, key=key, slot=slot, levels=levels)
+        if "precision_levels" in r:
+            self._levels[key] = PrecisionLevels.from_reply(r["precision_levels"])
+        if r.get("float64_error"):
+            self.record.note(float64_error=r["float64_error"])
+        self._out_bytes[key] = list(r.get("out_bytes") or [])
+        self._ref_digests[key] = list(r.get("digest") or [])
+
+    def run_candidate(self, key: str, slot: str = "main", fresh: bool = True) -> Comparison:
+        """One checked candidate call on fresh copies of set ``key`` (or on the stored tensors
+        themselves), free memory poisoned first."""
+        assert self.cand is not None
+        poison = self._out_bytes.get(key) if self.config.guards.poison else None
+        raw = self.cand.request_raw(Command.RUN, key=key, slot=slot, poison=poison, fresh=fresh)
+        observed = observation_findings(
+            header(raw), self._input_digests.get(key), key, self.config.guards.process_state
+        )
+        for finding in observed:
+            if all(f.code != finding.code for f in self.findings):
+                self.findings.append(finding)
+        cmp, digests = self.compare(key, raw)
+        self._cand_digests[key] = digests
+        return cmp
+
+    def outputs_changed(self, key: str, other: str) -> tuple[bool, bool]:
+        """Whether the reference's, and the candidate's, outputs differ between two input sets."""
+        return (
+            self._ref_digests.get(key) != self._ref_digests.get(other),
+            self._cand_digests.get(key) != self._cand_digests.get(other),
+        )
+
+    def forget(self, keys: list[str], slots: list[str] | None = None) -> None:
+        assert self.cand is not None and self.ref is not None
+        for proc in (self.ref.process, self.cand):
+            proc.request(Command.FORGET, keys=keys, slots=slots or [])
+
+    def compare(
+        self, key: str | None, raw_reply: bytes, min_scale: float = 1.0
+    ) -> tuple[Comparison, list[Any]]:
+        """The candidate's reply (to ``RUN`` on set ``key``, or ``FETCH_LAST`` with ``key`` None)
+        compared in the reference's worker with its outputs; and the reply's output digests."""
+        r = self.reference(
+            Command.COMPARE,
+            key=key,
+            reply=raw_reply,
+            tolerance=self.config.tolerance.model_dump(),
+            device_type=device_type(self.device),
+            min_scale=min_scale,
+        )
+        return Comparison(**r["comparison"]), list(r["digests"])
+
+    def levels(self, key: str) -> PrecisionLevels | None:
+        """What reduced precision looks like on set ``key``, where the reference calibrated it."""
+        return self._levels.get(key)
+
+    def first_levels(self) -> PrecisionLevels | None:
+        """The levels the first calibrated set showed (the timed outputs are judged against them)."""
+        return next(iter(self._levels.values()), None)
+
+    def precision_tracker(self) -> PrecisionTracker:
+        tf32 = reference_may_use_tf32(self.task.source, device_type(self.device))
+        return PrecisionTracker(self.config.guards.precision_policy, tf32)
