@@ -26,7 +26,16 @@ def test_device_typo_exits_2(tmp_path: Path) -> None:
 def test_help_prose_is_reflowed_but_lists_keep_their_lines() -> None:
     from cudal1.cli.common import _reflow
 
-    text = "One sentence broken\nacross lines; --flags\n--stay in it.\n\nItems:\n- first\n- second\n  indented"
+    text = (
+        "One sentence broken\nacross lines; --flags\n--stay in it.\n\nItems:\n- first\n- second\n  indented"
+    )
     assert _reflow(text) == (
         "One sentence broken across lines; --flags --stay in it.\n\nItems:\n- first\n- second\n  indented"
     )
+
+
+def test_version_prints_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    res = CliRunner().invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.stdout == f"cudal1 {version('cudal1')}\n"
