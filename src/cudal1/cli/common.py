@@ -48,7 +48,8 @@ C = TypeVar("C", bound=BaseModel)
 
 def bad_input(message: str) -> typer.Exit:
     """Print ``message`` as an error; the caller raises the returned exit (code 2)."""
-    err_console.print(f"[red]error:[/red] {message}")
+    # soft_wrap: one physical line however long, so that it greps and pastes as one
+    err_console.print(f"[red]error:[/red] {message}", soft_wrap=True, highlight=False)
     return typer.Exit(EXIT_BAD_INPUT)
 
 
@@ -90,9 +91,39 @@ def resolve_config(
     """``model`` from a YAML file (or defaults), then ``--set`` overrides, then the values of
     explicit flags (``{"a.b": value}``; None: flag not given); a bad one is bad input."""
     try:
-        return load_config(model, path, overrides or [], values)
+        cfg = load_config(model, path, overrides or [], values)
     except (ValueError, OSError) as exc:
         raise bad_input(f"config: {exc}") from None
+    check_devices(cfg)
+    return cfg
+
+
+# The config fields that name torch devices (``config.Device``), wherever they sit in a config.
+DEVICE_FIELDS = ("device", "devices", "eval_devices")
+
+
+def check_devices(cfg: BaseModel, where: str = "") -> None:
+    """Every CUDA device ``cfg`` names must exist on this machine: a missing one is bad input
+    now, before a run is written or a candidate is blamed for a device it never saw (``eval``
+    exited 1 and ``optimize`` reported a complete run of failed variants)."""
+    for name, value in cfg:
+        if isinstance(value, BaseModel):
+            check_devices(value, f"{where}{name}.")
+        elif name in DEVICE_FIELDS:
+            for device in (value,) if isinstance(value, str) else value:
+                _check_device(f"{where}{name}", device)
+
+
+def _check_device(key: str, device: str) -> None:
+    resolved = resolve_device(device)
+    if not resolved.startswith("cuda"):
+        return
+    count = visible_gpus()
+    index = int(resolved.partition(":")[2] or 0)
+    if count == 0:
+        raise bad_input(f"{key} {device}: no CUDA GPU is visible on this machine; use --device cpu or auto")
+    if index >= count:
+        raise bad_input(f"{key} {device}: not on this machine ({count} GPU(s): cuda:0..cuda:{count - 1})")
 
 
 def parse_devices(spec: str, visible: int | None = None) -> tuple[str, ...]:
