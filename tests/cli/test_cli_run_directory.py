@@ -3,6 +3,7 @@ every command that writes runs: nothing is evaluated and no traceback is shown."
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from typer.testing import CliRunner
 
 from cudal1.cli import app
 from cudal1.config import CollectConfig, OptimizeConfig
-from cudal1.run.directory import RunDirectory, start_session
+from cudal1.run.directory import RunDirectory, RunError, start_session
 from cudal1.schema import Task
 from cudal1.tasks import bundled_tasks
 
@@ -32,3 +33,50 @@ def test_resuming_with_a_changed_task_exits_2(tmp_path: Path, command: list[str]
     assert "Traceback" not in res.output
     with run.open_db() as db:
         assert db.counts(GELU.name).total == 0  # nothing was stored or evaluated
+
+
+def _one_error_line(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), output
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", [["optimize"], ["collect", "--llm", "scripted:echo"]])
+def test_an_out_that_cannot_be_created_exits_2(tmp_path: Path, command: list[str]) -> None:
+    """--out under a regular file: an OSError traceback from the run log before; one line now."""
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "run"
+    res = CliRunner().invoke(app, [*command, GELU.name, "--out", str(out), "--device", "cpu"])
+    assert res.exit_code == 2, res.output
+    assert f"{out}: cannot write run.log" in _one_error_line(res.output)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_a_read_only_out_exits_2(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir(mode=0o555)
+    res = CliRunner().invoke(app, ["optimize", GELU.name, "--out", str(out), "--device", "cpu"])
+    assert res.exit_code == 2 and "cannot write run.log" in _one_error_line(res.output)
+
+
+def test_a_database_that_cannot_be_opened_is_a_run_error(tmp_path: Path) -> None:
+    """The log opens but the database does not (here: a directory where the file should be)."""
+    run = RunDirectory(tmp_path / "run")
+    run.db_file.mkdir(parents=True)
+    with pytest.raises(RunError, match="cannot open candidates.db"), run.session():
+        pass
+
+
+def test_a_config_that_cannot_be_written_is_a_run_error(tmp_path: Path) -> None:
+    run = RunDirectory(tmp_path / "run")
+    run.config_file.mkdir(parents=True)
+    with pytest.raises(RunError, match="cannot write config.yaml"):
+        run.write_config(OptimizeConfig())
+
+
+def test_a_non_utf8_candidate_exits_2(tmp_path: Path) -> None:
+    """A candidate file that is not UTF-8 text: a UnicodeDecodeError traceback before."""
+    candidate = tmp_path / "c.py"
+    candidate.write_bytes(b"class ModelNew:\n    pass\n# \xff\xfe\n")
+    res = CliRunner().invoke(app, ["eval", GELU.name, str(candidate), "--device", "cpu"])
+    assert res.exit_code == 2 and "UTF-8" in _one_error_line(res.output)

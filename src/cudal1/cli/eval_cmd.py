@@ -57,11 +57,15 @@ def eval_command(
     cfg = resolve_config(EvalConfig, config, set_, {"device": device})
     if not candidate.is_file():
         raise bad_input(f"{candidate}: no such candidate file")
+    try:
+        source = candidate.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise bad_input(f"{candidate}: cannot read the candidate as UTF-8 text: {exc}") from None
     tasks = load_task_set(task, size_for(size, cfg.device))
     if len(tasks) != 1:
         raise bad_input(f"{task} holds {len(tasks)} tasks; name one file")
     with console.status(f"evaluating {candidate.name} against {tasks[0].name}..."):
-        result = evaluate(tasks[0], candidate.read_text(), cfg)
+        result = evaluate(tasks[0], source, cfg)
     print_result(
         "json" if as_json else fmt,
         lambda width: render_eval_result(result, width),
