@@ -70,3 +70,16 @@ def test_a_device_this_machine_lacks_exits_2_before_any_work(
     lines = [line for line in res.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "cuda:7" in lines[0], res.output
     assert not (tmp_path / "run").exists()
+
+
+def test_a_bad_set_key_is_one_line_naming_the_valid_keys(tmp_path: Path) -> None:
+    candidate = tmp_path / "c.py"
+    candidate.write_text("class ModelNew: pass\n")
+    args = ["eval", "5_gelu", str(candidate), "--set", "timing.budget=3", "--set", "seed=x"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert all(line.startswith("error: config: ") for line in lines) and len(lines) == 2, res.output
+    assert "timing.budget: unknown key (did you mean budget_s?); valid keys here: " in res.output
+    assert "seed: Input should be a valid integer" in res.output
+    assert "pydantic" not in res.output and "http" not in res.output

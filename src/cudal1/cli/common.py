@@ -24,8 +24,9 @@ import typer
 from pydantic import BaseModel
 from rich.console import Console, RenderableType
 from rich.logging import RichHandler
+from rich.text import Text
 
-from cudal1.config import Size, Suite, load_config
+from cudal1.config import ConfigError, Size, Suite, load_config
 from cudal1.eval.evaluator import resolve_device, visible_gpus
 from cudal1.schema import Task
 from cudal1.tasks import TaskError, bundled_tasks, load_tasks
@@ -47,9 +48,12 @@ C = TypeVar("C", bound=BaseModel)
 
 
 def bad_input(message: str) -> typer.Exit:
-    """Print ``message`` as an error; the caller raises the returned exit (code 2)."""
-    # soft_wrap: one physical line however long, so that it greps and pastes as one
-    err_console.print(f"[red]error:[/red] {message}", soft_wrap=True, highlight=False)
+    """Print ``message`` as an error, each of its lines as one; the caller raises the returned
+    exit (code 2)."""
+    for line in message.splitlines() or [""]:
+        # Text: brackets in a message are not markup; soft_wrap: one physical line however
+        # long, so that it greps and pastes as one.
+        err_console.print(Text.assemble(("error:", "red"), " ", line), soft_wrap=True, highlight=False)
     return typer.Exit(EXIT_BAD_INPUT)
 
 
@@ -92,8 +96,8 @@ def resolve_config(
     explicit flags (``{"a.b": value}``; None: flag not given); a bad one is bad input."""
     try:
         cfg = load_config(model, path, overrides or [], values)
-    except (ValueError, OSError) as exc:
-        raise bad_input(f"config: {exc}") from None
+    except ConfigError as exc:
+        raise bad_input("\n".join(f"config: {problem}" for problem in exc.problems)) from None
     check_devices(cfg)
     return cfg
 
