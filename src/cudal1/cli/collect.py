@@ -40,7 +40,8 @@ def collect_command(
     tasks: Annotated[
         str | None,
         typer.Argument(
-            help="task file, KernelBench directory, records file or bundled task; default: bundled"
+            help="task file, KernelBench directory, records file or bundled task (several: comma-separated);"
+            " default: bundled"
         ),
     ] = None,
     llm: Annotated[

@@ -179,20 +179,51 @@ def size_for(size: Size, device: str) -> Literal["gpu", "cpu"]:
 
 
 def load_task_set(spec: str | None, size: Literal["gpu", "cpu"], suite: Suite = "full") -> list[Task]:
-    """A path (task file, KernelBench directory, CUDA-L1 records), a bundled task's name or, with
-    no path, the bundled suite (``suite``: every task, or the quick few)."""
+    """A path (task file, KernelBench directory, CUDA-L1 records), a bundled task's name, a
+    comma-separated list of those (``3_softmax,5_gelu``) or, with no spec, the bundled suite
+    (``suite``: every task, or the quick few). Two different tasks of one name are bad input."""
     if spec is None or spec == "bundled":
         return bundled_tasks(size, suite)
-    path = Path(spec)
-    if path.exists():
-        try:
-            return load_tasks(path)
-        except TaskError as exc:
-            raise bad_input(str(exc)) from None
-    named = [t for t in bundled_tasks(size) if spec in (t.name, f"level{t.level}/{t.name}")]
-    if len(named) == 1:
-        return named
-    raise bad_input(f"{spec}: no such file, and no bundled task of that name (see `cudal1 tasks list`)")
+    if Path(spec).exists():  # a path wins, commas in its name included
+        return _load_path(Path(spec))
+    tasks: list[Task] = []
+    unknown: list[str] = []
+    for item in (x.strip() for x in spec.split(",")):
+        if not item:
+            continue
+        if Path(item).exists():
+            tasks.extend(_load_path(Path(item)))
+            continue
+        named = [t for t in bundled_tasks(size) if item in (t.name, f"level{t.level}/{t.name}")]
+        if named:
+            tasks.extend(named)
+        else:
+            unknown.append(item)
+    if unknown or not tasks:
+        missing = ", ".join(unknown) or spec
+        raise bad_input(
+            f"{missing}: no such file, and no bundled task of that name (see `cudal1 tasks list`)"
+        )
+    return _unique(tasks)
+
+
+def _load_path(path: Path) -> list[Task]:
+    try:
+        return load_tasks(path)
+    except TaskError as exc:
+        raise bad_input(str(exc)) from None
+
+
+def _unique(tasks: list[Task]) -> list[Task]:
+    """``tasks`` with repeats of one task dropped; two different tasks of one name are bad input
+    (results are stored by task name)."""
+    seen: dict[str, Task] = {}
+    for task in tasks:
+        other = seen.setdefault(task.name, task)
+        if other.hash != task.hash:
+            where = " and ".join(t.path or "the bundled suite" for t in (other, task))
+            raise bad_input(f"two different tasks are named {task.name!r}: {where}")
+    return list(seen.values())
 
 
 def print_result(

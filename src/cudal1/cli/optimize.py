@@ -43,7 +43,8 @@ def optimize_command(
     tasks: Annotated[
         str | None,
         typer.Argument(
-            help="task file, KernelBench directory, records file or bundled task name; default: bundled suite"
+            help="task file, KernelBench directory, records file or bundled task name, or several comma-separated"
+            "; default: bundled suite"
         ),
     ] = None,
     llm: Annotated[

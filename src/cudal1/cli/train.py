@@ -49,7 +49,9 @@ OutOpt = Annotated[Path, typer.Option("--out", help="output directory: config, l
 TasksOpt = Annotated[
     str | None,
     typer.Option(
-        "--tasks", help="task file, KernelBench directory, records file or bundled task; default: bundled"
+        "--tasks",
+        help="task file, KernelBench directory, records file or bundled task (several: comma-separated);"
+        " default: bundled",
     ),
 ]
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML config of the stage")]
