@@ -80,3 +80,44 @@ def test_a_non_utf8_candidate_exits_2(tmp_path: Path) -> None:
     candidate.write_bytes(b"class ModelNew:\n    pass\n# \xff\xfe\n")
     res = CliRunner().invoke(app, ["eval", GELU.name, str(candidate), "--device", "cpu"])
     assert res.exit_code == 2 and "UTF-8" in _one_error_line(res.output)
+
+
+@pytest.mark.parametrize(
+    ("command", "config"),
+    [(["optimize"], OptimizeConfig()), (["collect", "--llm", "scripted:echo"], CollectConfig())],
+)
+def test_resuming_with_tasks_the_run_did_not_start_with_exits_2(
+    tmp_path: Path, command: list[str], config: OptimizeConfig | CollectConfig
+) -> None:
+    """They were merged into the old run without a word; now --add-tasks must say so."""
+    run = RunDirectory(tmp_path / "run")
+    with run.session() as db:
+        start_session(db, run, [GELU], config, note="")
+    args = [*command, "5_gelu,3_softmax", "--out", str(run.path), "--resume", "--device", "cpu"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    line = _one_error_line(res.output)
+    assert f"3_softmax is not among the tasks {run.path} started with (5_gelu)" in line
+    assert "--add-tasks" in line and "another --out" in line
+    with run.open_db() as db:
+        assert db.counts("3_softmax").total == 0 and db.counts(GELU.name).total == 0
+
+
+def test_a_resumed_run_keeps_its_tasks_and_adds_only_when_asked(tmp_path: Path) -> None:
+    from cudal1.cli.common import session_tasks
+
+    run = RunDirectory(tmp_path / "run")
+    with run.session() as db:
+        start_session(db, run, [GELU], OptimizeConfig(), note="")
+    kept = session_tasks(None, run.path, resume=True, add=False, size="cpu")
+    assert [t.name for t in kept] == ["5_gelu"]
+    assert [t.name for t in session_tasks("5_gelu", run.path, resume=True, add=False, size="cpu")] == [
+        "5_gelu"
+    ]
+    added = session_tasks("5_gelu,3_softmax", run.path, resume=True, add=True, size="cpu")
+    assert [t.name for t in added] == ["5_gelu", "3_softmax"]
+
+
+def test_add_tasks_without_resume_exits_2(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["optimize", "5_gelu", "--out", str(tmp_path / "r"), "--add-tasks"])
+    assert res.exit_code == 2 and "pass --resume as well" in _one_error_line(res.output)

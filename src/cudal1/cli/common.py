@@ -28,6 +28,7 @@ from rich.text import Text
 
 from cudal1.config import ConfigError, Size, Suite, load_config
 from cudal1.eval.evaluator import resolve_device, visible_gpus
+from cudal1.run.directory import RunDirectory, RunError
 from cudal1.schema import Task
 from cudal1.tasks import TaskError, bundled_tasks, load_tasks
 
@@ -41,6 +42,7 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_REJECTED, EXIT_INTERRUPTED = 0, 1, 2,
 OutputFormat = Literal["table", "md", "json"]
 FORMAT_HELP = "table (fitted to the terminal; 80 columns in a pipe) | md (Markdown) | json"
 
+ADD_TASKS_HELP = "with --resume: also search TASKS the run did not start with"
 DEVICES_HELP = "GPUs to evaluate on, one timing lane each: all | 0,1,... (cuda:N); default: --device's one"
 POOL_HELP = "local (this machine's devices) | ray (a Ray cluster's GPUs: RAY_ADDRESS or a new local one) | ray://HOST:PORT"
 
@@ -205,6 +207,46 @@ def load_task_set(spec: str | None, size: Literal["gpu", "cpu"], suite: Suite = 
             f"{missing}: no such file, and no bundled task of that name (see `cudal1 tasks list`)"
         )
     return _unique(tasks)
+
+
+def session_tasks(
+    spec: str | None,
+    out: Path,
+    *,
+    resume: bool,
+    add: bool,
+    size: Literal["gpu", "cpu"],
+    suite: Suite = "full",
+) -> list[Task]:
+    """The tasks of a session in run directory ``out``: for a new run, TASKS as named (default:
+    the bundled suite); for a resumed run, with none named the tasks it started with, and named
+    tasks only among those unless ``add`` (``--add-tasks``), since a resumed run would otherwise
+    take new tasks in without a word."""
+    run = RunDirectory(out)
+    if add and not resume:
+        raise bad_input("--add-tasks adds tasks to a resumed run: pass --resume as well")
+    if not (resume and run.db_file.is_file()):
+        return load_task_set(spec, size, suite)
+    try:
+        started = run.load_tasks()
+    except RunError as exc:
+        raise bad_input(str(exc)) from None
+    if spec is None:
+        return started
+    named = load_task_set(spec, size, suite)
+    new = [t.name for t in named if t.name not in {s.name for s in started}]
+    if new and not add:
+        raise bad_input(
+            f"--resume: {', '.join(new)} {'is' if len(new) == 1 else 'are'} not among the tasks {out} started"
+            f" with ({_listed([t.name for t in started])}); pass --add-tasks to add them to this run,"
+            " or choose another --out for a new run"
+        )
+    return named
+
+
+def _listed(names: list[str], most: int = 8) -> str:
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def _load_path(path: Path) -> list[Task]:
