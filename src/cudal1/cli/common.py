@@ -37,8 +37,9 @@ err_console = Console(stderr=True)
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_REJECTED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
-# How a command prints its results: tables fitted to the console (80 columns in a pipe, or
-# COLUMNS), GitHub Markdown, or JSON.
+# How a command prints its results on stdout: tables fitted to the console (80 columns in a pipe,
+# or COLUMNS), GitHub Markdown, or JSON. ``--format json`` is the one way to get JSON on stdout
+# (README "Commands"); an option that writes a file says so in its name (verify --json-out).
 OutputFormat = Literal["table", "md", "json"]
 FORMAT_HELP = "table (fitted to the terminal; 80 columns in a pipe) | md (Markdown) | json"
 
@@ -276,11 +277,19 @@ def print_result(
 ) -> None:
     """Print a command's result on stdout in ``fmt``: ``table(width)``, ``markdown()`` or ``data()``."""
     if fmt == "json":
-        sys.stdout.write(json.dumps(data(), indent=2, default=str) + "\n")
+        sys.stdout.write(json.dumps(data(), indent=2, default=_jsonable) + "\n")
     elif fmt == "md":
         sys.stdout.write(markdown())
     else:
         console.print(table(console.width))
+
+
+def _jsonable(value: Any) -> Any:
+    # As a report file is written (``search.verify.write_json``): ``--format json > FILE`` and
+    # ``--json-out FILE`` hold the same data.
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
 
 
 def reflow_help(app: typer.Typer) -> None:
