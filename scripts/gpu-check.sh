@@ -32,9 +32,9 @@ if [[ $what == optimize ]]; then
   python3 -m cudal1.cli optimize "$@" 2>&1 | tee "$OUT/optimize.log" || rc=1
 fi
 if [[ $what == verify ]]; then
-  # verify RECORDS [ARGS]: the report JSON (and its .rows.jsonl) go to $OUT unless --json is given.
-  json=(--json "$OUT/verify.json")
-  for arg in "$@"; do [[ $arg == --json || $arg == --json=* ]] && json=(); done
+  # verify RECORDS [ARGS]: the report JSON (and its .rows.jsonl) go to $OUT unless --json-out is given.
+  json=(--json-out "$OUT/verify.json")
+  for arg in "$@"; do [[ $arg == --json-out || $arg == --json-out=* ]] && json=(); done
   COLUMNS=${COLUMNS:-240} python3 -m cudal1.cli verify "$@" "${json[@]}" 2>&1 | tee "$OUT/verify.log"
   rc=${PIPESTATUS[0]}
 fi

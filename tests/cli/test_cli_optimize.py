@@ -43,7 +43,7 @@ def test_cli_optimize_and_runs_show(tmp_path: Path, cli: typer.Typer) -> None:
     assert shown.exit_code == 0 and GELU.name in shown.output and "reference" in shown.output
     md = runner.invoke(cli, ["runs", "show", str(run), "--format", "md"]).stdout
     assert "| task | level | kept | speedup [95% CI] |" in md
-    data = json.loads(runner.invoke(cli, ["runs", "show", str(run), "--json"]).stdout)
+    data = json.loads(runner.invoke(cli, ["runs", "show", str(run), "--format", "json"]).stdout)
     assert data["complete"] and data["tasks"][0]["task"] == GELU.name and data["tasks"][0]["final"]
 
     again = runner.invoke(cli, args)

@@ -84,7 +84,7 @@ def records_file(tmp_path: Path) -> Path:
 def test_verify_end_to_end(records_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     args = ["verify", str(records_file), "--device", "cpu", "--workers", "2", "--budget-s", "1",
-            "--json", str(out), "--set", f"build_cache={tmp_path / 'builds'}", *FAST]  # fmt: skip
+            "--json-out", str(out), "--set", f"build_cache={tmp_path / 'builds'}", *FAST]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert result.output.count("[") >= 5 and "/5] " in result.output  # one progress line per record
@@ -143,7 +143,7 @@ def test_missing_and_broken_records_exit_2(tmp_path: Path) -> None:
 def test_only_no_code_records_needs_no_evaluator(records_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     res = CliRunner().invoke(
-        app, ["verify", str(records_file), "--levels", "2", "--limit", "1", "--json", str(out)]
+        app, ["verify", str(records_file), "--levels", "2", "--limit", "1", "--json-out", str(out)]
     )
     assert res.exit_code == 0, res.output
     rows = json.loads(out.read_text())["rows"]
@@ -152,7 +152,7 @@ def test_only_no_code_records_needs_no_evaluator(records_file: Path, tmp_path: P
 
 def test_deadline_leaves_records_not_run(records_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    args = ["verify", str(records_file), "--device", "cpu", "--deadline-s", "0", "--json", str(out)]
+    args = ["verify", str(records_file), "--device", "cpu", "--deadline-s", "0", "--json-out", str(out)]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     report = json.loads(out.read_text())
@@ -162,7 +162,7 @@ def test_deadline_leaves_records_not_run(records_file: Path, tmp_path: Path) -> 
 
 def test_resume_keeps_finished_rows_and_evaluates_the_rest(records_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    base = ["verify", str(records_file), "--device", "cpu", "--json", str(out), *FAST]
+    base = ["verify", str(records_file), "--device", "cpu", "--json-out", str(out), *FAST]
     first = CliRunner().invoke(app, [*base, "--tasks", "L1_2"])
     assert first.exit_code == 0, first.output
     again = CliRunner().invoke(app, [*base, "--tasks", "L1_2,L2_3", "--resume"])
@@ -170,7 +170,53 @@ def test_resume_keeps_finished_rows_and_evaluates_the_rest(records_file: Path, t
     assert "1 already done" in " ".join(again.output.split())
     report = json.loads(out.read_text())
     assert [(r["task"], r["status"]) for r in report["rows"]] == [("L1_2", "incorrect"), ("L2_3", "no code")]
-    logged = [json.loads(line)["row"]["task"] for line in (tmp_path / "r.rows.jsonl").read_text().splitlines()]
+    logged = [
+        json.loads(line)["row"]["task"] for line in (tmp_path / "r.rows.jsonl").read_text().splitlines()
+    ]
     assert logged == ["L1_2", "L2_3"]  # L1_2 was not evaluated again
     no_json = CliRunner().invoke(app, ["verify", str(records_file), "--resume"])
-    assert no_json.exit_code == 2 and "--resume needs --json" in " ".join(no_json.output.split())
+    assert no_json.exit_code == 2 and "--resume needs --json-out" in " ".join(no_json.output.split())
+
+
+def test_json_on_stdout_is_the_report_file_and_report_reads_it(records_file: Path, tmp_path: Path) -> None:
+    """--format json is the one way to JSON on stdout; the report file is --json-out PATH."""
+    out = tmp_path / "r.json"
+    args = [
+        "verify",
+        str(records_file),
+        "--levels",
+        "2",
+        "--limit",
+        "1",
+        "--format",
+        "json",
+        "--json-out",
+        str(out),
+    ]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout) == json.loads(out.read_text())
+    (tmp_path / "stdout.json").write_text(res.stdout)
+    assert (
+        CliRunner().invoke(app, ["report", str(tmp_path / "stdout.json"), "--format", "json"]).exit_code == 0
+    )
+    for command in (
+        ["verify", str(records_file)],
+        ["eval", "5_gelu", str(records_file)],
+        ["runs", "show", "x"],
+    ):
+        assert CliRunner().invoke(app, [*command, "--json", str(out)]).exit_code == 2  # no second way
+
+
+@pytest.mark.parametrize("name", ["release.json", "release.jsonl"])
+def test_report_on_a_records_file_points_to_verify(records_file: Path, tmp_path: Path, name: str) -> None:
+    """The CUDA-L1 release is JSON Lines: report said "Extra data: line 2 column 1"."""
+    path = tmp_path / name
+    path.write_text(records_file.read_text())
+    res = CliRunner().invoke(app, ["report", str(path)])
+    assert res.exit_code == 2
+    message = " ".join(res.output.split())
+    assert f"{path}: this is a records file" in message
+    assert (
+        f"run `cudal1 verify {path} --format json > report.json` (or --json-out report.json) first" in message
+    )

@@ -8,10 +8,13 @@ One module per command: ``tasks`` (``tasks list``), ``eval_cmd`` (``eval``), ``v
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated
+
 import typer
 
 from cudal1.cli.collect import collect_command
-from cudal1.cli.common import reflow_help
+from cudal1.cli.common import EXIT_OK, console, reflow_help
 from cudal1.cli.dataset import dataset_app
 from cudal1.cli.eval_cmd import eval_command
 from cudal1.cli.optimize import optimize_command
@@ -27,6 +30,30 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        try:
+            number = version("cudal1")
+        except PackageNotFoundError:  # a source tree on PYTHONPATH that was never installed
+            number = "unknown (not installed)"
+        console.print(f"cudal1 {number}", highlight=False)
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="print cudal1's version and exit"
+        ),
+    ] = False,
+) -> None:
+    """cudal1: verified-faster PyTorch modules with LLM-written CUDA (an open CUDA-L1)."""
+
+
 app.add_typer(tasks_app, name="tasks")
 app.command("eval")(eval_command)
 app.command("verify")(verify_command)

@@ -15,15 +15,16 @@ from typing import Annotated, Any
 import typer
 
 from cudal1.cli.common import (
+    ADD_TASKS_HELP,
     DEVICES_HELP,
     EXIT_OK,
     POOL_HELP,
     bad_input,
     console,
     interruptible,
-    load_task_set,
     pool_values,
     resolve_config,
+    session_tasks,
     setup_logging,
     size_for,
 )
@@ -40,7 +41,8 @@ def collect_command(
     tasks: Annotated[
         str | None,
         typer.Argument(
-            help="task file, KernelBench directory, records file or bundled task; default: bundled"
+            help="task file, KernelBench directory, records file or bundled task (several: comma-separated);"
+            " default: bundled"
         ),
     ] = None,
     llm: Annotated[
@@ -48,7 +50,10 @@ def collect_command(
         typer.Option("--llm", help="a model to ask, openai:MODEL | hf:PATH | scripted:FILE (repeatable)"),
     ] = None,
     samples: Annotated[int | None, typer.Option(help="samples per task per model")] = None,
-    resume: Annotated[bool, typer.Option(help="continue the run in --out with its saved config")] = False,
+    resume: Annotated[
+        bool, typer.Option(help="continue the run in --out with its saved config and, by default, its tasks")
+    ] = False,
+    add_tasks: Annotated[bool, typer.Option(help=ADD_TASKS_HELP)] = False,
     device: Annotated[str | None, typer.Option(help="auto | cpu | cuda | cuda:N")] = None,
     devices: Annotated[str | None, typer.Option(help=DEVICES_HELP)] = None,
     pool: Annotated[str | None, typer.Option(help=POOL_HELP)] = None,
@@ -67,13 +72,9 @@ all of them with their provenance (model, prompt, tokens)."""
     if llm:
         flags["llms"] = [{"spec": spec} for spec in llm]
     cfg = resolve_config(CollectConfig, saved if resuming and config is None else config, set_, flags)
-    if resuming and tasks is None:
-        try:
-            task_list = RunDirectory(out).load_tasks()
-        except RunError as exc:
-            raise bad_input(str(exc)) from None
-    else:
-        task_list = load_task_set(tasks, size_for(cfg.size, cfg.eval.device))
+    task_list = session_tasks(
+        tasks, out, resume=resume, add=add_tasks, size=size_for(cfg.size, cfg.eval.device)
+    )
     try:
         with interruptible(f"`cudal1 collect --out {out} --resume`"), ProgressReporter() as progress:
             counts = collect(task_list, out, cfg, resume=resume, progress=ProgressView(progress))

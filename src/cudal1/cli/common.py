@@ -24,9 +24,11 @@ import typer
 from pydantic import BaseModel
 from rich.console import Console, RenderableType
 from rich.logging import RichHandler
+from rich.text import Text
 
-from cudal1.config import Size, Suite, load_config
+from cudal1.config import ConfigError, Size, Suite, load_config
 from cudal1.eval.devices import resolve_device, visible_gpus
+from cudal1.run.directory import RunDirectory, RunError
 from cudal1.schema import Task
 from cudal1.tasks import TaskError, bundled_tasks, load_tasks
 
@@ -35,11 +37,13 @@ err_console = Console(stderr=True)
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_REJECTED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
-# How a command prints its results: tables fitted to the console (80 columns in a pipe, or
-# COLUMNS), GitHub Markdown, or JSON.
+# How a command prints its results on stdout: tables fitted to the console (80 columns in a pipe,
+# or COLUMNS), GitHub Markdown, or JSON. ``--format json`` is the one way to get JSON on stdout
+# (README "Commands"); an option that writes a file says so in its name (verify --json-out).
 OutputFormat = Literal["table", "md", "json"]
 FORMAT_HELP = "table (fitted to the terminal; 80 columns in a pipe) | md (Markdown) | json"
 
+ADD_TASKS_HELP = "with --resume: also search TASKS the run did not start with"
 DEVICES_HELP = "GPUs to evaluate on, one timing lane each: all | 0,1,... (cuda:N); default: --device's one"
 POOL_HELP = "local (this machine's devices) | ray (a Ray cluster's GPUs: RAY_ADDRESS or a new local one) | ray://HOST:PORT"
 
@@ -47,8 +51,12 @@ C = TypeVar("C", bound=BaseModel)
 
 
 def bad_input(message: str) -> typer.Exit:
-    """Print ``message`` as an error; the caller raises the returned exit (code 2)."""
-    err_console.print(f"[red]error:[/red] {message}")
+    """Print ``message`` as an error, each of its lines as one; the caller raises the returned
+    exit (code 2)."""
+    for line in message.splitlines() or [""]:
+        # Text: brackets in a message are not markup; soft_wrap: one physical line however
+        # long, so that it greps and pastes as one.
+        err_console.print(Text.assemble(("error:", "red"), " ", line), soft_wrap=True, highlight=False)
     return typer.Exit(EXIT_BAD_INPUT)
 
 
@@ -90,9 +98,39 @@ def resolve_config(
     """``model`` from a YAML file (or defaults), then ``--set`` overrides, then the values of
     explicit flags (``{"a.b": value}``; None: flag not given); a bad one is bad input."""
     try:
-        return load_config(model, path, overrides or [], values)
-    except (ValueError, OSError) as exc:
-        raise bad_input(f"config: {exc}") from None
+        cfg = load_config(model, path, overrides or [], values)
+    except ConfigError as exc:
+        raise bad_input("\n".join(f"config: {problem}" for problem in exc.problems)) from None
+    check_devices(cfg)
+    return cfg
+
+
+# The config fields that name torch devices (``config.Device``), wherever they sit in a config.
+DEVICE_FIELDS = ("device", "devices", "eval_devices")
+
+
+def check_devices(cfg: BaseModel, where: str = "") -> None:
+    """Every CUDA device ``cfg`` names must exist on this machine: a missing one is bad input
+    now, before a run is written or a candidate is blamed for a device it never saw (``eval``
+    exited 1 and ``optimize`` reported a complete run of failed variants)."""
+    for name, value in cfg:
+        if isinstance(value, BaseModel):
+            check_devices(value, f"{where}{name}.")
+        elif name in DEVICE_FIELDS:
+            for device in (value,) if isinstance(value, str) else value:
+                _check_device(f"{where}{name}", device)
+
+
+def _check_device(key: str, device: str) -> None:
+    resolved = resolve_device(device)
+    if not resolved.startswith("cuda"):
+        return
+    count = visible_gpus()
+    index = int(resolved.partition(":")[2] or 0)
+    if count == 0:
+        raise bad_input(f"{key} {device}: no CUDA GPU is visible on this machine; use --device cpu or auto")
+    if index >= count:
+        raise bad_input(f"{key} {device}: not on this machine ({count} GPU(s): cuda:0..cuda:{count - 1})")
 
 
 def parse_devices(spec: str, visible: int | None = None) -> tuple[str, ...]:
@@ -144,20 +182,91 @@ def size_for(size: Size, device: str) -> Literal["gpu", "cpu"]:
 
 
 def load_task_set(spec: str | None, size: Literal["gpu", "cpu"], suite: Suite = "full") -> list[Task]:
-    """A path (task file, KernelBench directory, CUDA-L1 records), a bundled task's name or, with
-    no path, the bundled suite (``suite``: every task, or the quick few)."""
+    """A path (task file, KernelBench directory, CUDA-L1 records), a bundled task's name, a
+    comma-separated list of those (``3_softmax,5_gelu``) or, with no spec, the bundled suite
+    (``suite``: every task, or the quick few). Two different tasks of one name are bad input."""
     if spec is None or spec == "bundled":
         return bundled_tasks(size, suite)
-    path = Path(spec)
-    if path.exists():
-        try:
-            return load_tasks(path)
-        except TaskError as exc:
-            raise bad_input(str(exc)) from None
-    named = [t for t in bundled_tasks(size) if spec in (t.name, f"level{t.level}/{t.name}")]
-    if len(named) == 1:
-        return named
-    raise bad_input(f"{spec}: no such file, and no bundled task of that name (see `cudal1 tasks list`)")
+    if Path(spec).exists():  # a path wins, commas in its name included
+        return _load_path(Path(spec))
+    tasks: list[Task] = []
+    unknown: list[str] = []
+    for item in (x.strip() for x in spec.split(",")):
+        if not item:
+            continue
+        if Path(item).exists():
+            tasks.extend(_load_path(Path(item)))
+            continue
+        named = [t for t in bundled_tasks(size) if item in (t.name, f"level{t.level}/{t.name}")]
+        if named:
+            tasks.extend(named)
+        else:
+            unknown.append(item)
+    if unknown or not tasks:
+        missing = ", ".join(unknown) or spec
+        raise bad_input(
+            f"{missing}: no such file, and no bundled task of that name (see `cudal1 tasks list`)"
+        )
+    return _unique(tasks)
+
+
+def session_tasks(
+    spec: str | None,
+    out: Path,
+    *,
+    resume: bool,
+    add: bool,
+    size: Literal["gpu", "cpu"],
+    suite: Suite = "full",
+) -> list[Task]:
+    """The tasks of a session in run directory ``out``: for a new run, TASKS as named (default:
+    the bundled suite); for a resumed run, with none named the tasks it started with, and named
+    tasks only among those unless ``add`` (``--add-tasks``), since a resumed run would otherwise
+    take new tasks in without a word."""
+    run = RunDirectory(out)
+    if add and not resume:
+        raise bad_input("--add-tasks adds tasks to a resumed run: pass --resume as well")
+    if not (resume and run.db_file.is_file()):
+        return load_task_set(spec, size, suite)
+    try:
+        started = run.load_tasks()
+    except RunError as exc:
+        raise bad_input(str(exc)) from None
+    if spec is None:
+        return started
+    named = load_task_set(spec, size, suite)
+    new = [t.name for t in named if t.name not in {s.name for s in started}]
+    if new and not add:
+        raise bad_input(
+            f"--resume: {', '.join(new)} {'is' if len(new) == 1 else 'are'} not among the tasks {out} started"
+            f" with ({_listed([t.name for t in started])}); pass --add-tasks to add them to this run,"
+            " or choose another --out for a new run"
+        )
+    return named
+
+
+def _listed(names: list[str], most: int = 8) -> str:
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _load_path(path: Path) -> list[Task]:
+    try:
+        return load_tasks(path)
+    except TaskError as exc:
+        raise bad_input(str(exc)) from None
+
+
+def _unique(tasks: list[Task]) -> list[Task]:
+    """``tasks`` with repeats of one task dropped; two different tasks of one name are bad input
+    (results are stored by task name)."""
+    seen: dict[str, Task] = {}
+    for task in tasks:
+        other = seen.setdefault(task.name, task)
+        if other.hash != task.hash:
+            where = " and ".join(t.path or "the bundled suite" for t in (other, task))
+            raise bad_input(f"two different tasks are named {task.name!r}: {where}")
+    return list(seen.values())
 
 
 def print_result(
@@ -168,11 +277,19 @@ def print_result(
 ) -> None:
     """Print a command's result on stdout in ``fmt``: ``table(width)``, ``markdown()`` or ``data()``."""
     if fmt == "json":
-        sys.stdout.write(json.dumps(data(), indent=2, default=str) + "\n")
+        sys.stdout.write(json.dumps(data(), indent=2, default=_jsonable) + "\n")
     elif fmt == "md":
         sys.stdout.write(markdown())
     else:
         console.print(table(console.width))
+
+
+def _jsonable(value: Any) -> Any:
+    # As a report file is written (``search.verify.write_json``): ``--format json > FILE`` and
+    # ``--json-out FILE`` hold the same data.
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
 
 
 def reflow_help(app: typer.Typer) -> None:

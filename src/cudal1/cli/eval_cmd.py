@@ -17,7 +17,7 @@ from cudal1.cli.common import (
     FORMAT_HELP,
     OutputFormat,
     bad_input,
-    console,
+    err_console,
     load_task_set,
     print_result,
     resolve_config,
@@ -44,7 +44,6 @@ def eval_command(
     candidate: Annotated[Path, typer.Argument(help="candidate source defining ModelNew")],
     device: Annotated[str | None, typer.Option(help="auto | cpu | cuda | cuda:N")] = None,
     fmt: Annotated[OutputFormat, typer.Option("--format", help=FORMAT_HELP)] = "table",
-    as_json: Annotated[bool, typer.Option("--json", help="same as --format json")] = False,
     size: Annotated[Size, typer.Option(help="bundled task size (auto: by device)")] = "auto",
     config: Annotated[Path | None, typer.Option(help="YAML EvalConfig")] = None,
     set_: Annotated[
@@ -57,13 +56,17 @@ def eval_command(
     cfg = resolve_config(EvalConfig, config, set_, {"device": device})
     if not candidate.is_file():
         raise bad_input(f"{candidate}: no such candidate file")
+    try:
+        source = candidate.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise bad_input(f"{candidate}: cannot read the candidate as UTF-8 text: {exc}") from None
     tasks = load_task_set(task, size_for(size, cfg.device))
     if len(tasks) != 1:
         raise bad_input(f"{task} holds {len(tasks)} tasks; name one file")
-    with console.status(f"evaluating {candidate.name} against {tasks[0].name}..."):
-        result = evaluate(tasks[0], candidate.read_text(), cfg)
+    with err_console.status(f"evaluating {candidate.name} against {tasks[0].name}..."):
+        result = evaluate(tasks[0], source, cfg)
     print_result(
-        "json" if as_json else fmt,
+        fmt,
         lambda width: render_eval_result(result, width),
         lambda: render_eval_markdown(result),
         result.to_dict,

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from cudal1.cli.common import (
+    ADD_TASKS_HELP,
     DEVICES_HELP,
     EXIT_OK,
     FORMAT_HELP,
@@ -21,10 +22,10 @@ from cudal1.cli.common import (
     OutputFormat,
     bad_input,
     interruptible,
-    load_task_set,
     pool_values,
     print_result,
     resolve_config,
+    session_tasks,
     setup_logging,
     size_for,
 )
@@ -34,7 +35,6 @@ from cudal1.eval.ray_pool import RayPoolError
 from cudal1.llm import LLMError
 from cudal1.report.runs import render_run_json, render_run_markdown, render_run_summary, summarize_run
 from cudal1.run.directory import RunDirectory, RunError
-from cudal1.schema import Task
 from cudal1.search.optimize import optimize
 
 
@@ -43,7 +43,8 @@ def optimize_command(
     tasks: Annotated[
         str | None,
         typer.Argument(
-            help="task file, KernelBench directory, records file or bundled task name; default: bundled suite"
+            help="task file, KernelBench directory, records file or bundled task name, or several comma-separated"
+            "; default: bundled suite"
         ),
     ] = None,
     llm: Annotated[
@@ -52,7 +53,10 @@ def optimize_command(
     ] = None,
     rounds: Annotated[int | None, typer.Option(help="LLM rounds per task")] = None,
     samples: Annotated[int | None, typer.Option(help="samples per task per round")] = None,
-    resume: Annotated[bool, typer.Option(help="continue the run in --out with its saved config")] = False,
+    resume: Annotated[
+        bool, typer.Option(help="continue the run in --out with its saved config and, by default, its tasks")
+    ] = False,
+    add_tasks: Annotated[bool, typer.Option(help=ADD_TASKS_HELP)] = False,
     device: Annotated[str | None, typer.Option(help="auto | cpu | cuda | cuda:N")] = None,
     devices: Annotated[str | None, typer.Option(help=DEVICES_HELP)] = None,
     pool: Annotated[str | None, typer.Option(help=POOL_HELP)] = None,
@@ -93,7 +97,9 @@ def optimize_command(
     if cfg.size == "auto":  # the quick suite's baselines depend on the device: settle it first
         flags["size"] = size_for(cfg.size, cfg.eval.device)
         cfg = resolve_config(OptimizeConfig, saved if resuming else config, set_, flags)
-    task_list = _tasks(tasks, cfg, out if resuming else None)
+    task_list = session_tasks(
+        tasks, out, resume=resume, add=add_tasks, size=size_for(cfg.size, cfg.eval.device), suite=cfg.suite
+    )
     try:
         with interruptible(f"`cudal1 optimize --out {out} --resume`"), ProgressReporter() as progress:
             record = optimize(task_list, out, cfg, resume=resume, progress=ProgressView(progress))
@@ -108,13 +114,3 @@ def optimize_command(
         summary.to_dict,
     )
     raise typer.Exit(EXIT_OK)
-
-
-def _tasks(spec: str | None, cfg: OptimizeConfig, run_dir: Path | None) -> list[Task]:
-    """TASKS as named; on resume with none named, the tasks the run started with."""
-    if spec is None and run_dir is not None:
-        try:
-            return RunDirectory(run_dir).load_tasks()
-        except RunError as exc:
-            raise bad_input(str(exc)) from None
-    return load_task_set(spec, size_for(cfg.size, cfg.eval.device), cfg.suite)

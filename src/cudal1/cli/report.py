@@ -49,7 +49,10 @@ def _write_html(sources: list[Source], out: Path) -> None:
 
 def report_command(
     inputs: Annotated[
-        list[Path], typer.Argument(help="run directories and/or verify reports (cudal1 verify --json)")
+        list[Path],
+        typer.Argument(
+            help="run directories and/or verify reports (cudal1 verify --format json, or --json-out PATH)"
+        ),
     ],
     fmt: Annotated[OutputFormat, typer.Option("--format", help=FORMAT_HELP)] = "table",
     html_out: Annotated[

@@ -19,7 +19,6 @@ runs_app = typer.Typer(help="Inspect optimisation runs.", no_args_is_help=True)
 def runs_show(
     run: Annotated[Path, typer.Argument(help="run directory")],
     fmt: Annotated[OutputFormat, typer.Option("--format", help=FORMAT_HELP)] = "table",
-    as_json: Annotated[bool, typer.Option("--json", help="same as --format json")] = False,
 ) -> None:
     """Summarise a run (finished, running or killed): per-task best speedup and the run's spend."""
     if not run.is_dir():
@@ -29,7 +28,7 @@ def runs_show(
     except RunError as exc:
         raise bad_input(str(exc)) from None
     print_result(
-        "json" if as_json else fmt,
+        fmt,
         lambda width: render_run_summary(summary, width),
         lambda: render_run_markdown(summary),
         summary.to_dict,

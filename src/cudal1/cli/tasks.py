@@ -1,24 +1,43 @@
-"""``cudal1 tasks list``: the tasks of a file, directory or records file, or of the bundled suite."""
+"""``cudal1 tasks list``: the tasks of files, directories, records files or bundled task names, or
+of the bundled suite."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
 
-from cudal1.cli.common import console, load_task_set
-from cudal1.report.terminal import render_task_table
+from cudal1.cli.common import FORMAT_HELP, OutputFormat, load_task_set, print_result
+from cudal1.report.tables import to_markdown, to_rich
+from cudal1.report.terminal import task_table, tasks_data
+from cudal1.schema import Task
 
 tasks_app = typer.Typer(help="Inspect task suites.", no_args_is_help=True)
 
 
 @tasks_app.command("list")
 def tasks_list(
-    path: Annotated[
-        str | None,
-        typer.Argument(help="task file, KernelBench directory or records file; default: bundled suite"),
+    specs: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="task files, KernelBench directories, records files or bundled task names (several,"
+            " or comma-separated); default: the bundled suite",
+            show_default=False,
+        ),
     ] = None,
     size: Annotated[Literal["gpu", "cpu"], typer.Option(help="bundled suite size")] = "gpu",
+    fmt: Annotated[OutputFormat, typer.Option("--format", help=FORMAT_HELP)] = "table",
 ) -> None:
-    """List the tasks in PATH (or the bundled suite), with their level and origin."""
-    console.print(render_task_table(load_task_set(path, size)))
+    """List the tasks in SPECS (or the bundled suite), with their level, origin and file (relative
+    to the current directory when under it)."""
+    tasks: list[Task] = []
+    for spec in specs or ["bundled"]:
+        tasks.extend(t for t in load_task_set(spec, size) if t not in tasks)
+    spec_table = task_table(tasks, Path.cwd())
+    print_result(
+        fmt,
+        lambda width: to_rich(spec_table, width),
+        lambda: to_markdown(spec_table),
+        lambda: tasks_data(tasks),
+    )

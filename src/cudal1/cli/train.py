@@ -21,16 +21,17 @@ from typing import Annotated, Any
 import typer
 
 from cudal1.cli.common import (
+    ADD_TASKS_HELP,
     DEVICES_HELP,
     EXIT_OK,
     POOL_HELP,
     bad_input,
     console,
     interruptible,
-    load_task_set,
     parse_devices,
     pool_values,
     resolve_config,
+    session_tasks,
     setup_logging,
     size_for,
 )
@@ -49,12 +50,17 @@ OutOpt = Annotated[Path, typer.Option("--out", help="output directory: config, l
 TasksOpt = Annotated[
     str | None,
     typer.Option(
-        "--tasks", help="task file, KernelBench directory, records file or bundled task; default: bundled"
+        "--tasks",
+        help="task file, KernelBench directory, records file or bundled task (several: comma-separated);"
+        " default: bundled",
     ),
 ]
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML config of the stage")]
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="config override, e.g. optim.max_steps=50")]
-ResumeOpt = Annotated[bool, typer.Option(help="continue from the newest checkpoint in --out")]
+ResumeOpt = Annotated[
+    bool, typer.Option(help="continue from the newest checkpoint in --out, by default with its tasks")
+]
+AddTasksOpt = Annotated[bool, typer.Option("--add-tasks", help=ADD_TASKS_HELP)]
 VerboseOpt = Annotated[bool, typer.Option("-v", "--verbose", help="log every evaluation")]
 DevicesOpt = Annotated[str | None, typer.Option("--devices", help=DEVICES_HELP)]
 PoolOpt = Annotated[str | None, typer.Option("--pool", help=POOL_HELP)]
@@ -115,6 +121,7 @@ def selfsup_command(
     devices: DevicesOpt = None,
     pool: PoolOpt = None,
     resume: ResumeOpt = False,
+    add_tasks: AddTasksOpt = False,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     verbose: VerboseOpt = False,
@@ -125,7 +132,9 @@ def selfsup_command(
     setup_logging(verbose)
     flags = {"rounds": rounds, "samples": samples, "eval.device": device, **pool_values(pool, devices)}
     cfg = resolve_config(SelfSupConfig, _config_file(config, out, resume), set_, flags)
-    task_list = load_task_set(tasks, size_for(cfg.size, cfg.eval.device))
+    task_list = session_tasks(
+        tasks, out, resume=resume, add=add_tasks, size=size_for(cfg.size, cfg.eval.device)
+    )
     selfsup = _stage("selfsup")
     _run(
         lambda progress: selfsup.run_selfsup(model, task_list, out, cfg, resume=resume, progress=progress),
@@ -153,6 +162,7 @@ def grpo_command(
         str | None, typer.Option(help="reward-checking model: openai:MODEL | hf:PATH | scripted:FILE")
     ] = None,
     resume: ResumeOpt = False,
+    add_tasks: AddTasksOpt = False,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     verbose: VerboseOpt = False,
@@ -171,6 +181,8 @@ def grpo_command(
         "audit.judge.spec": judge,
     }
     cfg = resolve_config(GRPOStageConfig, _config_file(config, out, resume), set_, flags)
-    task_list = load_task_set(tasks, size_for(cfg.size, cfg.eval.device))
+    task_list = session_tasks(
+        tasks, out, resume=resume, add=add_tasks, size=size_for(cfg.size, cfg.eval.device)
+    )
     grpo = _stage("grpo")
     _run(lambda progress: grpo.run_grpo(model, task_list, out, cfg, resume=resume, progress=progress), out)

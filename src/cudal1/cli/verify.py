@@ -1,6 +1,7 @@
 """``cudal1 verify``: re-measure released records on this machine (``search.verify``), with
 progress (``cli.progress``: a bar on a terminal, a line per finished record elsewhere), then the
-tables; with ``--json``, write the report."""
+tables on stdout (``--format``: table, md or json); with ``--json-out PATH``, also write the report
+to a file as the rows finish."""
 
 from __future__ import annotations
 
@@ -74,7 +75,10 @@ def verify_command(
     ] = None,
     json_path: Annotated[
         Path | None,
-        typer.Option("--json", help="write the full report here; rows stream to PATH's .rows.jsonl"),
+        typer.Option(
+            "--json-out",
+            help="also write the report (JSON) to this file; rows stream to PATH's .rows.jsonl as they finish",
+        ),
     ] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="verify only the first N selected records")] = None,
     sample: Annotated[
@@ -96,7 +100,7 @@ def verify_command(
     ] = None,
     resume: Annotated[
         bool,
-        typer.Option(help="keep the records --json's rows file already holds; evaluate the rest"),
+        typer.Option(help="keep the records --json-out's rows file already holds; evaluate the rest"),
     ] = False,
     fmt: Annotated[OutputFormat, typer.Option("--format", help=FORMAT_HELP)] = "table",
     verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
@@ -108,9 +112,9 @@ candidate goes through the full evaluator (static checks, compile, correctness, 
 integrity guards); a table puts claimed and measured speedup side by side with every finding. \
 Records without code ("None") are listed as "no code".
 
-    Selection: --levels and --tasks, then --sample, then --limit. With --json PATH, each finished row is \
+    Selection: --levels and --tasks, then --sample, then --limit. With --json-out PATH, each finished row is \
 appended to PATH's .rows.jsonl at once, so a killed run loses nothing it finished; PATH itself \
-is written at the end. --resume (with the same --json and selection) keeps the rows that file \
+is written at the end. --resume (with the same --json-out and selection) keeps the rows that file \
 holds and evaluates the rest, so a long release can be verified across several runs; records \
 "not run" or lost to an evaluator error are evaluated again.
 
@@ -124,7 +128,7 @@ included); 2 for bad input.
         raise bad_input(f"{records}: no such records file")
     selection = _selection(levels, tasks, sample, seed, limit)
     if resume and json_path is None:
-        raise bad_input("--resume needs --json PATH: the rows file beside it is what is resumed")
+        raise bad_input("--resume needs --json-out PATH: the rows file beside it is what is resumed")
     try:
         run = VerifyRun.load(records, selection, cfg)
     except TaskError as exc:

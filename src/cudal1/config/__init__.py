@@ -6,7 +6,15 @@ Configs load from YAML and take ``a.b=value`` overrides through one mechanism
 only the name of the environment variable that holds them.
 """
 
-from cudal1.config.base import Device, StrictConfig, apply_overrides, dump_config, load_config
+from cudal1.config.base import (
+    ConfigError,
+    Device,
+    StrictConfig,
+    apply_overrides,
+    dump_config,
+    load_config,
+    validation_problems,
+)
 from cudal1.config.eval import (
     EvalConfig,
     GuardConfig,
@@ -42,6 +50,7 @@ __all__ = [
     "AuditConfig",
     "BudgetConfig",
     "CollectConfig",
+    "ConfigError",
     "Device",
     "EvalConfig",
     "ExemplarConfig",
@@ -68,4 +77,5 @@ __all__ = [
     "apply_overrides",
     "dump_config",
     "load_config",
+    "validation_problems",
 ]

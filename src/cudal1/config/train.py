@@ -156,7 +156,9 @@ class SFTStageConfig(StrictConfig):
     optim: SFTOptim = Field(default_factory=SFTOptim, description="optimizer and trainer settings")
     lora: LoraSettings = Field(default_factory=LoraSettings, description="adapters")
     max_length: int = Field(8192, ge=16, description="prompt + completion tokens; longer rows are cut")
-    device: Device = Field("auto", description="where the model trains: auto (first GPU, else CPU) | cpu | cuda")
+    device: Device = Field(
+        "auto", description="where the model trains: auto (first GPU, else CPU) | cpu | cuda"
+    )
 
 
 class SamplingSettings(StrictConfig):

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from cudal1.config import validation_problems
 from cudal1.llm.base import Ledger, LLMBackend
 
 # prefix -> (import path "module:Class" or a class, what follows the colon in a spec, pip extra)
@@ -62,6 +63,6 @@ def create_backend(spec: str, *, ledger: Ledger | None = None, **options: Any) -
     try:
         opts = cls.Options.model_validate(options)
     except ValidationError as exc:
-        known = ", ".join(cls.Options.model_fields)
-        raise ValueError(f"invalid options for LLM backend {prefix!r} (known: {known}):\n{exc}") from exc
+        problems = "; ".join(validation_problems(cls.Options, exc))
+        raise ValueError(f"invalid options for LLM backend {prefix!r}: {problems}") from None
     return cls.from_options(target, opts, ledger=ledger)

@@ -142,7 +142,7 @@ def run_source(run: RunRecord) -> Source:
 
 
 def verify_source(name: str, report: dict[str, Any]) -> Source:
-    """A verify report (``cudal1 verify --json``): every record with code, measured on its GPU."""
+    """A verify report (``cudal1 verify --json-out PATH``, or its ``--format json``): every record with code, measured on its GPU."""
     results = {int(k): EvalResult.from_dict(v) for k, v in report.get("results", {}).items()}
     default_gpu = str(report.get("environment", {}).get("gpu") or CPU)
     entries = []

@@ -140,7 +140,7 @@ def summarize_run(run: RunRecord) -> RunSummary:
 
 
 def render_run_json(summary: RunSummary) -> str:
-    """``summary`` as the JSON of ``summary.json`` and ``cudal1 runs show --json``."""
+    """``summary`` as the JSON of ``summary.json`` and ``cudal1 runs show --format json``."""
     return json.dumps(summary.to_dict(), indent=2) + "\n"
 
 

@@ -2,21 +2,35 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from cudal1.report.tables import Cell, Col, TableSpec, to_markdown, to_rich
 from cudal1.schema import EvalResult, Severity, Task
 
 
-def render_task_table(tasks: list[Task]) -> Table:
-    table = Table(title=f"{len(tasks)} tasks")
-    for col in ("level", "name", "origin", "path"):
-        table.add_column(col)
-    for t in tasks:
-        table.add_row(str(t.level), t.name, t.origin, t.path or "")
-    return table
+def task_table(tasks: list[Task], base: Path | None = None) -> TableSpec:
+    """The tasks with their level, origin and file; a file under ``base`` (the current directory)
+    is shown relative to it. Narrow terminals lose origin, then level; names and paths stay whole."""
+    columns = (Col("level", drop=1, right=True), Col("name"), Col("origin", drop=2), Col("path"))
+    rows = tuple((str(t.level), t.name, t.origin, _shown_path(t.path, base)) for t in tasks)
+    return TableSpec(f"{len(tasks)} tasks", columns, rows)
+
+
+def _shown_path(path: str | None, base: Path | None) -> str:
+    if not path or base is None:
+        return path or ""
+    try:
+        return str(Path(path).resolve().relative_to(base.resolve()))
+    except ValueError:  # not under base
+        return path
+
+
+def tasks_data(tasks: list[Task]) -> list[dict[str, object]]:
+    """The tasks as JSON data: name, level, origin and the file's full path (null: no file)."""
+    return [{"name": t.name, "level": t.level, "origin": t.origin, "path": t.path} for t in tasks]
 
 
 def _eval_lines(r: EvalResult) -> list[Text]:

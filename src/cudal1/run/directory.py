@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -35,7 +36,7 @@ C = TypeVar("C", bound=BaseModel)
 
 
 class RunError(Exception):
-    """A run directory that cannot be opened or started as asked; nothing was written."""
+    """A run directory that cannot be opened, started or written as asked."""
 
 
 class RunDirectory:
@@ -97,17 +98,33 @@ class RunDirectory:
     @contextlib.contextmanager
     def session(self) -> Iterator[CandidateDB]:
         """The directory (created if missing) with its log and its database open, for a session
-        that writes the run."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        with self.logging(), CandidateDB(self.db_file) as db:
+        that writes the run; RunError when either cannot be opened for writing."""
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self.logging())
+            with self._writing(f"open {DB_FILE}"):
+                db = stack.enter_context(CandidateDB(self.db_file))
             yield db
 
     @contextlib.contextmanager
     def logging(self) -> Iterator[None]:
-        """``cudal1`` records at INFO and above go to the run's log while the context lasts."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        with run_log(self.log_file):
+        """``cudal1`` records at INFO and above go to the run's log while the context lasts;
+        RunError when the directory or the log cannot be created."""
+        with contextlib.ExitStack() as stack:
+            with self._writing(f"write {LOG_FILE}"):
+                self.path.mkdir(parents=True, exist_ok=True)
+                stack.enter_context(run_log(self.log_file))
             yield
+
+    @contextlib.contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """An OS or SQLite error while setting up the run's files, as a RunError that says where
+        and what (a read-only or mistyped --out is bad input, not a traceback). Only set-up runs
+        inside: errors of the session's own work keep their type."""
+        try:
+            yield
+        except (OSError, sqlite3.Error) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise RunError(f"{self.path}: cannot {what}: {reason}") from exc
 
     @contextlib.contextmanager
     def open_db(self) -> Iterator[CandidateDB]:
@@ -120,8 +137,9 @@ class RunDirectory:
     # -- config, tasks, ledger ---------------------------------------------------------------------
 
     def write_config(self, config: BaseModel) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.config_file.write_text(dump_config(config), encoding="utf-8")
+        with self._writing(f"write {CONFIG_FILE}"):
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.config_file.write_text(dump_config(config), encoding="utf-8")
 
     def read_config(self, model: type[C]) -> C:
         if not self.config_file.is_file():

@@ -216,7 +216,7 @@ class RowLog:
 
 
 def rows_log_path(json_path: Path) -> Path:
-    """Where the per-row log of ``--json PATH`` goes: PATH with suffix ``.rows.jsonl``."""
+    """Where the per-row log of ``verify --json-out PATH`` goes: PATH with suffix ``.rows.jsonl``."""
     return json_path.with_name(json_path.stem + ".rows.jsonl")
 
 
@@ -321,11 +321,32 @@ def _jsonable(value: Any) -> Any:
 
 
 def load_verify_report(path: Path) -> dict[str, Any]:
-    """A report ``cudal1 verify --json`` wrote; a file that is not one is a ``TaskError``."""
+    """A report ``cudal1 verify`` wrote (``--json-out PATH``, or ``--format json`` on stdout); a
+    file that is not one is a ``TaskError``, and a records file (what verify reads) says to run
+    ``cudal1 verify`` on it first."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
+        if _is_records_file(path):
+            raise TaskError(_RECORDS_HINT.format(path=path)) from None
         raise TaskError(f"{path}: cannot read a verify report: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        if _is_records_file(path):
+            raise TaskError(_RECORDS_HINT.format(path=path)) from None
         raise TaskError(f"{path}: not a verify report (no rows)")
     return data
+
+
+_RECORDS_HINT = (
+    "{path}: this is a records file (a CUDA-L1 release or a cudal1 export), not a verify report;"
+    " run `cudal1 verify {path} --format json > report.json` (or --json-out report.json) first,"
+    " then `cudal1 report report.json`"
+)
+
+
+def _is_records_file(path: Path) -> bool:
+    """Whether ``path`` reads as records (asked only of a file that is not a verify report)."""
+    try:
+        return bool(load_cuda_l1_records(path))
+    except TaskError:
+        return False
