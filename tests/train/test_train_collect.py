@@ -35,6 +35,9 @@ def test_collect_from_two_models_with_kill_and_resume(tmp_path: Path, eval_confi
 
         with pytest.raises(Killed):
             collect([GELU], run, cfg, backends=models(), progress=Recorder(kill_after=1))
+        with CandidateDB(run / "candidates.db") as db:
+            killed_wall = float(db.get_meta("wall_s") or 0)
+        assert killed_wall > 0  # the killed session's time is kept
         first_session = models()
         counts = collect([GELU], run, cfg, resume=True, backends=first_session, progress=Recorder())
     finally:
@@ -46,6 +49,7 @@ def test_collect_from_two_models_with_kill_and_resume(tmp_path: Path, eval_confi
     with CandidateDB(run / "candidates.db") as db:
         rows = db.evaluated(GELU.name)
         assert db.rounds_done(GELU.name) == 3  # round 0 (no seeds) and one round per model
+        assert float(db.get_meta("wall_s") or 0) > killed_wall  # both sessions counted
     by_round = {r.round: r for r in rows}
     assert by_round[1].backend == "scripted" and by_round[2].backend == "openai"
     assert by_round[2].model == "fake-model" and by_round[2].prompt_hash and by_round[2].completion_tokens

@@ -177,6 +177,11 @@ class TaskCounts:
     ok: int  # correct, timed and not rejected: has an effective speedup
     faster: int  # effective speedup > 1.01, the paper's "count over 1.01x"
 
+    @property
+    def dealt_with(self) -> int:
+        """Samples evaluated or found unparseable: a progress bar's position."""
+        return self.evaluated + self.parse_failed
+
 
 class CandidateDB:
     """The run's candidate database. An instance may be shared between threads, and several

@@ -170,6 +170,11 @@ def start_session(
     return db.start_run(dump_config(config), note=note)
 
 
+def add_wall_time(db: CandidateDB, seconds: float) -> None:
+    """Add a session's wall time to the run's total (every session, killed ones included)."""
+    db.set_meta("wall_s", f"{float(db.get_meta('wall_s') or 0) + seconds:.3f}")
+
+
 def stored_tasks(db: CandidateDB) -> dict[str, Task]:
     """The run's tasks by name, as the run recorded them."""
     return {name: Task(**d) for name, d in json.loads(db.get_meta("tasks") or "{}").items()}

@@ -278,8 +278,7 @@ class Search:
 
     def _done(self, task: Task) -> int:
         """Samples dealt with so far (evaluated or unparseable): a progress bar's position."""
-        counts = self.db.counts(task.name)
-        return counts.evaluated + counts.parse_failed
+        return self.db.counts(task.name).dealt_with
 
 
 def _chat(messages: list[dict[str, str]]) -> list[Message]:

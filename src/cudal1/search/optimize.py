@@ -29,6 +29,7 @@ from cudal1.run.database import CandidateDB, CandidateRow
 from cudal1.run.directory import (
     RunDirectory,
     RunError,
+    add_wall_time,
     final_record,
     record_final,
     start_session,
@@ -73,7 +74,9 @@ def optimize(
         plan = ContrastivePlan(config, backend)
         run_id, budget = _start_session(run, db, tasks, config, plan, preflight, resume)
         if progress is not None:
-            progress(RunStarted({t.name: TaskPlan(plan.expected(t), _done(db, t)) for t in tasks}))
+            progress(
+                RunStarted({t.name: TaskPlan(plan.expected(t), db.counts(t.name).dealt_with) for t in tasks})
+            )
         try:
             with make_pool(config.eval, config.pool) as pool:
                 search = Search(db, pool, plan, budget, progress=progress, run_id=run_id)
@@ -81,8 +84,7 @@ def optimize(
             db.set_meta("stop_reason", budget.stop_reason or "")
             _final_round(db, tasks, config, progress)
         finally:
-            wall = float(db.get_meta("wall_s") or 0) + time.monotonic() - started
-            db.set_meta("wall_s", f"{wall:.3f}")
+            add_wall_time(db, time.monotonic() - started)
         db.set_meta("complete", "1")
         record = _write_outputs(run, db, config)
     if progress is not None:
@@ -161,11 +163,6 @@ def _describe(backend: LLMBackend) -> str:
     """``prefix:model`` as a spec would name it (scripted models already carry their prefix)."""
     prefix = f"{backend.name}:"
     return backend.model if backend.model.startswith(prefix) else prefix + backend.model
-
-
-def _done(db: CandidateDB, task: Task) -> int:
-    counts = db.counts(task.name)
-    return counts.evaluated + counts.parse_failed
 
 
 # -- after the search ------------------------------------------------------------------------------

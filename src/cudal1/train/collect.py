@@ -25,8 +25,8 @@ from typing import Any
 from cudal1.config import CollectConfig, LLMConfig
 from cudal1.eval.pool_kinds import make_pool
 from cudal1.llm import LLMBackend, SamplingParams, create_backend
-from cudal1.run.database import CandidateDB, CandidateRow
-from cudal1.run.directory import RunDirectory, RunError, start_session
+from cudal1.run.database import CandidateRow
+from cudal1.run.directory import RunDirectory, RunError, add_wall_time, start_session
 from cudal1.run.events import ProgressCallback, RunDone, RunStarted, TaskPlan
 from cudal1.schema import Task
 from cudal1.search.budget import Budget
@@ -95,12 +95,15 @@ def collect(
         budget = Budget.resumed(config.budget, ledger, before, db, tasks)
         if progress is not None:
             total = len(models) * config.samples
-            progress(RunStarted({t.name: TaskPlan(total, _done(db, t.name)) for t in tasks}))
-        with make_pool(config.eval, config.pool) as pool:
-            search = Search(db, pool, CollectPlan(config, models), budget, progress=progress, run_id=run_id)
-            asyncio.run(search.run(tasks))
-        wall = float(db.get_meta("wall_s") or 0) + time.monotonic() - started
-        db.set_meta("wall_s", f"{wall:.3f}")
+            progress(RunStarted({t.name: TaskPlan(total, db.counts(t.name).dealt_with) for t in tasks}))
+        try:
+            with make_pool(config.eval, config.pool) as pool:
+                search = Search(
+                    db, pool, CollectPlan(config, models), budget, progress=progress, run_id=run_id
+                )
+                asyncio.run(search.run(tasks))
+        finally:  # a killed session's wall time counts too, as in optimize
+            add_wall_time(db, time.monotonic() - started)
         db.set_meta("stop_reason", budget.stop_reason or "")
         counts = {t.name: db.counts(t.name) for t in tasks}
     if progress is not None:
@@ -118,8 +121,3 @@ def _backends(config: CollectConfig) -> list[LLMBackend]:
         except (ValueError, ImportError) as exc:
             raise CollectError(f"--llm {llm.spec}: {exc}") from None
     return out
-
-
-def _done(db: CandidateDB, task: str) -> int:
-    counts = db.counts(task)
-    return counts.evaluated + counts.parse_failed
