@@ -19,6 +19,7 @@ from cudal1.run.database import (
     Provenance,
 )
 from cudal1.schema import Stage, Task, source_hash
+from cudal1.storage import migrate
 
 OTHER_TASK = Task(name="other", source="class Model: pass\n")
 
@@ -233,3 +234,29 @@ def test_concurrent_writers_from_two_threads(tmp_path, gemm_task, shared):
     assert best is not None and best.speedup == pytest.approx(2.39)
     for d in set(dbs):
         d.close()
+
+
+def test_origin_chain_base_and_claim_round_trip(db, gemm_task):
+    seed = db.add_candidate(
+        gemm_task, src(1), Provenance(backend="seed", origin="seed cuda-l1:h100", claimed_speedup=1.96)
+    )
+    composed = db.add_candidate(
+        gemm_task,
+        src(2),
+        Provenance(backend="compose", origin="seed cuda-l1:h100 > cuda-graph", base_id=seed),
+    )
+    rows = {r.id: r for r in db.pending(gemm_task.name)}
+    assert (rows[seed].origin, rows[seed].claimed_speedup, rows[seed].base_id) == ("seed cuda-l1:h100", 1.96, None)
+    assert (rows[composed].origin, rows[composed].base_id) == ("seed cuda-l1:h100 > cuda-graph", seed)
+    assert rows[composed].claimed_speedup is None
+
+
+def test_a_database_from_before_origins_gains_empty_ones(tmp_path, gemm_task):
+    path = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(path)
+    migrate(conn, MIGRATIONS[:2], where=str(path))
+    conn.close()
+    with CandidateDB(path) as d:
+        cid = d.add_candidate(gemm_task, src(1))
+        (row,) = d.pending(gemm_task.name)
+    assert (row.id, row.origin, row.base_id, row.claimed_speedup) == (cid, "", None, None)

@@ -91,6 +91,16 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     # Training (cudal1 train grpo/selfsup) records the optimizer step that produced a candidate.
     Migration("0002_candidates_training_step", "ALTER TABLE candidates ADD COLUMN step INTEGER;"),
+    # Seeds and compositions (issue 20): where a candidate came from beyond a model's reply, the
+    # candidate a built-in transform was applied to, and the speedup its source claimed.
+    Migration(
+        "0003_candidates_origin",
+        """
+        ALTER TABLE candidates ADD COLUMN origin TEXT NOT NULL DEFAULT '';
+        ALTER TABLE candidates ADD COLUMN base_id INTEGER REFERENCES candidates(id);
+        ALTER TABLE candidates ADD COLUMN claimed_speedup REAL;
+        """,
+    ),
 )
 
 
@@ -121,6 +131,10 @@ class Provenance:
     completion_tokens: int | None = None
     run_id: int | None = None
     step: int | None = None  # the training step whose generation produced it (None outside training)
+    # The chain that produced it, read left to right: "seed cuda-l1:h100 > torch-compile-default".
+    origin: str = ""
+    base_id: int | None = None  # the candidate a built-in transform was applied to
+    claimed_speedup: float | None = None  # what a seed's source claimed (measured elsewhere)
 
 
 @dataclass(frozen=True)
@@ -151,6 +165,9 @@ class CandidateRow:
     parse_error: str | None
     final: bool
     step: int | None = None
+    origin: str = ""
+    base_id: int | None = None
+    claimed_speedup: float | None = None
 
     @cached_property
     def result(self) -> EvalResult | None:
