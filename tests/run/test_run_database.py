@@ -246,7 +246,11 @@ def test_origin_chain_base_and_claim_round_trip(db, gemm_task):
         Provenance(backend="compose", origin="seed cuda-l1:h100 > cuda-graph", base_id=seed),
     )
     rows = {r.id: r for r in db.pending(gemm_task.name)}
-    assert (rows[seed].origin, rows[seed].claimed_speedup, rows[seed].base_id) == ("seed cuda-l1:h100", 1.96, None)
+    assert (rows[seed].origin, rows[seed].claimed_speedup, rows[seed].base_id) == (
+        "seed cuda-l1:h100",
+        1.96,
+        None,
+    )
     assert (rows[composed].origin, rows[composed].base_id) == ("seed cuda-l1:h100 > cuda-graph", seed)
     assert rows[composed].claimed_speedup is None
 
