@@ -28,10 +28,10 @@ def corpus(tasks: Sequence[Task], labels: Sequence[str] | None = None) -> list[s
     texts: list[str] = []
     for task in tasks:
         seeds = seed_candidates(task, labels)
-        exemplars = [Exemplar(src, 1.0, True, label=f"#{i} {label}") for i, (label, src) in enumerate(seeds)]
+        exemplars = [Exemplar(s.source, 1.0, True, label=f"#{i} {s.label}") for i, s in enumerate(seeds)]
         prompts = render_generation_prompt(task) + render_contrastive_prompt(task, exemplars[:2])
         texts += [m["content"] for m in prompts]
-        texts += [format_answer(src) for _, src in seeds]
+        texts += [format_answer(s.source) for s in seeds]
     return texts * 3
 
 

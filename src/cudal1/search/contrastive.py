@@ -41,9 +41,9 @@ from cudal1.run.selection import choose_best
 from cudal1.schema import Task
 from cudal1.search.budget import Budget
 from cudal1.search.exemplars import select_exemplars
-from cudal1.search.lifecycle import evaluate_and_record, store_reply
+from cudal1.search.lifecycle import Proposal, evaluate_and_record, store_proposals, store_reply
 from cudal1.search.prompts import prompt_hash, render_contrastive_prompt, render_generation_prompt
-from cudal1.search.seeds import seed_candidates, store_seeds
+from cudal1.search.seeds import seed_candidates
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +98,8 @@ class SearchPlan(Protocol):
     @property
     def backends(self) -> Sequence[LLMBackend]: ...
 
-    def seeds(self, task: Task) -> list[tuple[str, str]]:
-        """Round 0's (label, source) candidates."""
+    def seeds(self, task: Task) -> list[Proposal]:
+        """Round 0's candidates."""
         ...
 
     def request(self, task: Task, r: int, rows: Sequence[CandidateRow]) -> RoundRequest:
@@ -125,7 +125,7 @@ class ContrastivePlan:
         """Evaluations a task should see (for progress bars): seeds plus every LLM sample."""
         return len(self.seeds(task)) + self.last_round * self.config.samples
 
-    def seeds(self, task: Task) -> list[tuple[str, str]]:
+    def seeds(self, task: Task) -> list[Proposal]:
         return seed_candidates(task, self.config.baseline_labels)
 
     def request(self, task: Task, r: int, rows: Sequence[CandidateRow]) -> RoundRequest:
@@ -191,7 +191,7 @@ class Search:
 
     async def _seed_round(self, task: Task) -> bool:
         prov = Provenance(round=0, backend="baseline", run_id=self.run_id)
-        store_seeds(self.db, task, self.plan.seeds(task), prov)
+        store_proposals(self.db, task, self.plan.seeds(task), prov)
         await self._evaluate(task, self.db.pending(task.name))
         return self._finish_round(task, 0)
 

@@ -2,7 +2,9 @@
 rounds, GRPO's reward): stored with its provenance, evaluated on the pool, its result recorded.
 
 - ``store_reply`` stores a model reply's ``ModelNew`` as a pending candidate (or the reply as a
-  parse failure); ``store_source`` stores a source the caller already has (a seed).
+  parse failure); ``store_proposals`` stores sources the caller already has (``Proposal``: a
+  built-in baseline, a published kernel given as a seed, a transform of a verified candidate),
+  each with where it came from.
   A source the task already has is never stored twice: the existing candidate, and its result,
   stand for it.
 - ``evaluate_and_record`` / ``evaluate_rows`` evaluate pending candidates on the pool and record
@@ -17,8 +19,10 @@ trusted side's failures are never a candidate's result.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from cudal1.eval.pool import Pool
 from cudal1.run.database import CandidateDB, CandidateRow, DuplicateSourceError, Provenance
@@ -46,13 +50,34 @@ def store_reply(
         return exc.existing_id, None
 
 
-def store_source(db: CandidateDB, task: Task, source: str, provenance: Provenance, *, label: str) -> int:
-    """Store a candidate source as pending; the existing row's id when the task already has it
-    (a seed stored by an earlier session)."""
-    try:
-        return db.add_candidate(task, source, provenance, label=label)
-    except DuplicateSourceError as exc:
-        return exc.existing_id
+@dataclass(frozen=True)
+class Proposal:
+    """A candidate source that no model reply produced, with where it came from."""
+
+    label: str
+    source: str
+    origin: str = ""  # the chain, as ``Provenance.origin``
+    base_id: int | None = None  # the candidate a transform was applied to
+    claimed_speedup: float | None = None  # what the source's publisher claimed
+
+
+def store_proposals(
+    db: CandidateDB, task: Task, proposals: Sequence[Proposal], provenance: Provenance
+) -> list[int]:
+    """Store ``proposals`` as pending candidates in one transaction, each with ``provenance`` plus
+    its own origin; a source the task already has keeps its row (a seed stored by an earlier
+    session). Returns the rows' ids, in order."""
+    ids: list[int] = []
+    with db.transaction():
+        for p in proposals:
+            prov = dataclasses.replace(
+                provenance, origin=p.origin, base_id=p.base_id, claimed_speedup=p.claimed_speedup
+            )
+            try:
+                ids.append(db.add_candidate(task, p.source, prov, label=p.label))
+            except DuplicateSourceError as exc:
+                ids.append(exc.existing_id)
+    return ids
 
 
 async def evaluate_and_record(

@@ -3,8 +3,8 @@
 ``seed_candidates`` gives the built-in proposer's baselines (``proposer.py``) and the reference
 anchor: the task's own program as a candidate labelled ``reference``, an A-vs-A measurement whose
 speedup should be 1.0, so that every other number of the task can be read against the
-evaluator's own noise. ``store_seeds`` puts them in a run's database (the search's round 0,
-GRPO's first prompts).
+evaluator's own noise. ``lifecycle.store_proposals`` puts them in a run's database (the
+search's round 0, GRPO's first prompts).
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 
-from cudal1.run.database import CandidateDB, Provenance
 from cudal1.run.selection import REFERENCE_LABEL
 from cudal1.schema import Task
-from cudal1.search.lifecycle import store_source
+from cudal1.search.lifecycle import Proposal
 from cudal1.search.proposer import baseline_candidates
 
 
@@ -40,17 +39,11 @@ def reference_anchor(task: Task) -> str:
     return ast.unparse(_Rename("Model", "ModelNew").visit(ast.parse(task.source))) + "\n"
 
 
-def seed_candidates(task: Task, labels: Sequence[str] | None) -> list[tuple[str, str]]:
-    """Round 0's (label, source): the chosen built-in baselines, then the reference anchor."""
-    seeds = [(lbl, src) for lbl, src in baseline_candidates(task) if labels is None or lbl in labels]
-    return [*seeds, (REFERENCE_LABEL, reference_anchor(task))]
-
-
-def store_seeds(
-    db: CandidateDB, task: Task, seeds: Sequence[tuple[str, str]], provenance: Provenance
-) -> None:
-    """Store ``task``'s ``(label, source)`` seeds as pending candidates in one transaction (those
-    an earlier session stored stay as they are)."""
-    with db.transaction():
-        for label, source in seeds:
-            store_source(db, task, source, provenance, label=label)
+def seed_candidates(task: Task, labels: Sequence[str] | None) -> list[Proposal]:
+    """Round 0's proposals: the chosen built-in baselines, then the reference anchor."""
+    seeds = [
+        Proposal(lbl, src, origin=lbl)
+        for lbl, src in baseline_candidates(task)
+        if labels is None or lbl in labels
+    ]
+    return [*seeds, Proposal(REFERENCE_LABEL, reference_anchor(task), origin=REFERENCE_LABEL)]

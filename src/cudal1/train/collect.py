@@ -31,6 +31,7 @@ from cudal1.run.events import ProgressCallback, RunDone, RunStarted, TaskPlan
 from cudal1.schema import Task
 from cudal1.search.budget import Budget
 from cudal1.search.contrastive import RoundRequest, Search, generation_prompt
+from cudal1.search.lifecycle import Proposal
 
 
 class CollectError(RunError):
@@ -51,7 +52,7 @@ class CollectPlan:
     def backends(self) -> Sequence[LLMBackend]:
         return self.models
 
-    def seeds(self, task: Task) -> list[tuple[str, str]]:
+    def seeds(self, task: Task) -> list[Proposal]:
         return []
 
     def request(self, task: Task, r: int, rows: Sequence[CandidateRow]) -> RoundRequest:

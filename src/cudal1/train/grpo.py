@@ -43,9 +43,9 @@ from cudal1.run.database import CandidateDB, Provenance
 from cudal1.run.directory import RunDirectory, start_session
 from cudal1.schema import Task
 from cudal1.search.contrastive import task_prompt
-from cudal1.search.lifecycle import evaluate_rows
+from cudal1.search.lifecycle import evaluate_rows, store_proposals
 from cudal1.search.prompts import prompt_hash
-from cudal1.search.seeds import seed_candidates, store_seeds
+from cudal1.search.seeds import seed_candidates
 from cudal1.train.auditing import RewardAuditor, make_judge
 from cudal1.train.models import (
     MODEL_DIR,
@@ -228,7 +228,7 @@ def _prepare(
     if seed:
         for task in tasks.values():
             if not db.counts(task.name).total:
-                store_seeds(
+                store_proposals(
                     db, task, seed_candidates(task, labels), Provenance(backend="baseline", run_id=run_id)
                 )
     pending = [r for r in db.pending() if r.task in tasks]
