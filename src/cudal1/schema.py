@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -20,6 +21,13 @@ TASK_ORIGINS: tuple[TaskOrigin, ...] = get_args(TaskOrigin)
 
 # Why paired timing stopped sampling (eval.timing.paired): the interval became as precise as
 # ``target_rel_ci`` asks, the sample cap, the time budget, or a timed output failed its check.
+# What limits a task's time (``SpeedOfLight.bound``): its bytes, its FLOPs, or fixed per-call costs.
+Bound = Literal["memory", "compute", "launch"]
+# Launch-bound rule: about 3 us per launch on an H100, and on the CUDA-L1 release 113/250 tasks
+# have a floor under 3 us and 108/250 run under 0.1 ms eager (shared/research/timing-and-anchors.md
+# findings 5 and 7), so a reference under 0.1 ms that takes 10x its floor is paying for launches.
+LAUNCH_BOUND_MS = 0.1
+LAUNCH_BOUND_FACTOR = 10.0
 TimingStopReason = Literal["precision", "max_samples", "budget", "output_check_failed"]
 
 
@@ -199,6 +207,23 @@ class SpeedOfLight:
     ref_percent: float
     cand_percent: float
     peaks: str  # which device peaks, and whether measured or nominal
+
+    def bound(self, ref_ms: float) -> Bound | None:
+        """What limits the task, from its floors and the reference's measured time per call.
+
+        Launch-bound: the reference takes more than ``LAUNCH_BOUND_FACTOR`` times its larger floor
+        and less than ``LAUNCH_BOUND_MS``, so fixed per-call costs (launches, host work), not bytes
+        or FLOPs, set its time. Otherwise whichever floor is higher; a NaN FLOP floor (the work
+        could not be counted) leaves the bytes floor. None when no floor is known.
+        """
+        floors = {"memory": self.bytes_floor_ms, "compute": self.flops_floor_ms}
+        known = {k: v for k, v in floors.items() if not math.isnan(v) and v > 0}
+        if not known:
+            return None
+        top = max(known.values())
+        if ref_ms < LAUNCH_BOUND_MS and ref_ms > LAUNCH_BOUND_FACTOR * top:
+            return "launch"
+        return "memory" if known.get("memory", 0.0) >= known.get("compute", 0.0) else "compute"
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pydantic
@@ -9,7 +10,7 @@ import pytest
 from candidate_fixtures import make_result
 
 from cudal1.run.database import CandidateDB
-from cudal1.schema import Stage
+from cudal1.schema import SpeedOfLight, Stage
 from cudal1.search.exemplars import ExemplarConfig, select_exemplars
 
 
@@ -127,3 +128,12 @@ def test_config_is_strict():
     with pytest.raises(pydantic.ValidationError):
         ExemplarConfig(bucketing="random")
     assert ExemplarConfig.model_fields["temperature"].description
+
+
+def test_an_exemplar_carries_its_speed_of_light_and_the_tasks_bound(db, gemm_task):
+    source = distinct_source(6)
+    cid = db.add_candidate(gemm_task, source)
+    sol = SpeedOfLight("float32", 1e9, 1e6, 0.4, 0.1, 40.0, 80.0, "measured")
+    db.record_result(cid, dataclasses.replace(make_result(gemm_task.name, source, 2.0), sol=sol))
+    (picked,) = select_exemplars(db.evaluated(gemm_task.name), ExemplarConfig(), random.Random(0))
+    assert (picked.sol_percent, picked.bound) == (80.0, "memory")  # reference 1 ms, floors 0.4/0.1 ms

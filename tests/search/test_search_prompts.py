@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from cudal1.schema import SpeedOfLight
 from cudal1.search.parsing import extract
 from cudal1.search.prompts import Exemplar, prompt_hash, render_contrastive_prompt, render_generation_prompt
 
@@ -94,3 +95,37 @@ def test_prompt_hash_is_stable_and_content_addressed(gemm_task):
     c = render_contrastive_prompt(gemm_task, [Exemplar(FAST, 1.6, True, [])])
     assert prompt_hash(a) == prompt_hash(b) != prompt_hash(c)
     assert len(prompt_hash(a)) == 64
+
+
+def _sol(bytes_ms: float, flops_ms: float) -> SpeedOfLight:
+    return SpeedOfLight("float32", 1e9, 1e6, bytes_ms, flops_ms, 10.0, 40.0, "measured")
+
+
+@pytest.mark.parametrize(
+    ("bytes_ms", "flops_ms", "ref_ms", "bound"),
+    [
+        (0.5, 0.1, 1.0, "memory"),  # the bytes floor is the higher one
+        (0.1, 0.5, 1.0, "compute"),
+        (0.001, 0.0005, 0.05, "launch"),  # 50 us against a 1 us floor: fixed per-call costs
+        (0.02, 0.001, 0.05, "memory"),  # short, but within 10x of its floor: still memory-bound
+        (0.5, float("nan"), 1.0, "memory"),  # FLOPs not counted: the bytes floor alone
+    ],
+)
+def test_a_task_is_memory_compute_or_launch_bound_from_its_floors(bytes_ms, flops_ms, ref_ms, bound):
+    assert _sol(bytes_ms, flops_ms).bound(ref_ms) == bound
+
+
+def test_no_floor_means_no_bound():
+    assert _sol(float("nan"), float("nan")).bound(1.0) is None
+
+
+def test_contrastive_prompt_shows_each_correct_variants_speed_of_light(gemm_task):
+    exemplars = [
+        Exemplar(FAST, 1.83, True, [], label="#2", sol_percent=41.6, bound="memory"),
+        Exemplar(BROKEN, None, False, [], label="#3", error="wrong", sol_percent=90.0, bound="memory"),
+    ]
+    user = render_contrastive_prompt(gemm_task, exemplars)[-1]["content"]
+    assert "## Variant 1 (#2) — speedup 1.83x (correct)\n\nSpeed of light: 42% of the physical floor;" in user
+    assert "the task is memory-bound" in user
+    assert user.count("Speed of light:") == 1  # an incorrect variant's time means nothing
+    assert "100% is the limit no kernel can beat" in user

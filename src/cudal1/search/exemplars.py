@@ -117,6 +117,8 @@ def to_exemplar(row: CandidateRow) -> Exemplar:
         else [f"{f.code}: {f.message}" for f in result.findings if f.severity is not Severity.INFO]
     )
     ok = row.speedup is not None
+    sol = result.sol if result is not None else None
+    ref_ms = result.timing.ref_median_ms if result is not None and result.timing is not None else None
     return Exemplar(
         source=row.source,
         speedup=row.speedup,
@@ -125,6 +127,8 @@ def to_exemplar(row: CandidateRow) -> Exemplar:
         label=f"#{row.id}" + (f" {row.label}" if row.label else ""),
         error="" if ok else _failure_reason(row),
         candidate_id=row.id,
+        sol_percent=sol.cand_percent if sol is not None else None,
+        bound=sol.bound(ref_ms) if sol is not None and ref_ms is not None else None,
     )
 
 

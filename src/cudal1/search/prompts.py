@@ -19,12 +19,13 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import re
 from dataclasses import dataclass, field
 from importlib import resources
 from string import Template
 
-from cudal1.schema import Task
+from cudal1.schema import Bound, Task
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,8 @@ class Exemplar:
     label: str = ""  # shown next to the variant's number, e.g. "#17" for a database id
     error: str = ""  # why an incorrect variant failed
     candidate_id: int | None = None  # database id, recorded as a parent of what the prompt yields
+    sol_percent: float | None = None  # its time against the task's physical floor (speed of light)
+    bound: Bound | None = None  # what limits the task: memory, compute or launches
 
 
 @functools.cache
@@ -78,6 +81,9 @@ def _exemplar_section(i: int, ex: Exemplar) -> str:
             ex.error.strip().splitlines()[0] if ex.error.strip() else "failed evaluation"
         )
     lines = [f"{name} — {verdict}"]
+    if ex.correct and ex.sol_percent is not None and math.isfinite(ex.sol_percent):
+        bound = f"; the task is {ex.bound}-bound" if ex.bound else ""
+        lines.append(f"Speed of light: {ex.sol_percent:.0f}% of the physical floor{bound}")
     if ex.findings:
         lines.append("Evaluator notes: " + "; ".join(ex.findings))
     lines.append(_fence(ex.source))
