@@ -1,0 +1,356 @@
+"""Best-known-kernel benchmark (issue 20): cudal1 against torch.compile and a published kernel,
+every number from one run on one GPU. Prints a table.
+
+    python benchmarks/best_known.py RELEASE.jsonl --per-level 10 --seed 2026 --run runs/best-known
+    python benchmarks/best_known.py RELEASE.jsonl --per-level 10 --seed 2026 --run runs/best-known --resume
+
+RELEASE is a CUDA-L1 release file (``optimized_cuda_code/h100.json`` of
+github.com/deepreinforce-ai/CUDA-L1; fetch it yourself, it is not part of cudal1) or any records
+file ``cudal1 verify`` reads. The script draws ``--per-level`` tasks of each level with ``--seed``
+among the records that carry a published kernel, writes them to ``RUN/tasks.jsonl``, and runs
+
+    cudal1 optimize RUN/tasks.jsonl --seed RUN/tasks.jsonl --suite full --out RUN/optimize
+
+so that every built-in baseline (eager is the reference; each torch.compile mode; CUDA graph;
+scoped cuDNN; channels_last where it applies), the published kernel (a seed, re-measured here)
+and the compositions over verified kernels go through the one evaluator in the same run. Each
+task's row gives every competitor's speedup over eager, the kernel cudal1 keeps (its final
+re-evaluation, with its interval and provenance chain), and the winner. ``--resume`` continues a
+run that a time limit or a kill stopped (the optimize run is resumable; nothing is measured twice).
+
+The summary states: geometric means over eager and over each task's best torch.compile mode, the
+tasks where cudal1's kept kernel is below the best of {torch.compile modes, CUDA graph, the
+verified published kernel} beyond its interval (the goal is none), the tasks where a composition
+beat both its base and every baseline, and evaluations per GPU-hour.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import random
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from cudal1.run.database import CandidateRow
+from cudal1.run.directory import RunDirectory
+from cudal1.run.records import TaskRecord, load_run
+from cudal1.run.selection import REFERENCE_LABEL, why_not_ok
+from cudal1.schema import Candidate, Task
+from cudal1.tasks.cuda_l1 import load_cuda_l1_records
+
+COMPILE_MODES = (
+    "torch-compile-default",
+    "torch-compile-reduce-overhead",
+    "torch-compile-max-autotune",
+    "torch-compile-max-autotune-no-cudagraphs",
+)
+GRAPH = "cuda-graph"
+SEED_BACKEND = "seed"
+COMPOSE_BACKEND = "compose"
+
+
+# -- drawing the tasks -----------------------------------------------------------------------------
+
+
+def draw(
+    records: Sequence[tuple[Task, Candidate | None]], per_level: int, seed: int
+) -> list[tuple[Task, Candidate]]:
+    """``per_level`` records of each level, drawn with ``seed`` among those with a kernel; a level
+    with fewer gives all it has. Sorted by level, then task name, so a draw reads the same."""
+    by_level: dict[int, list[tuple[Task, Candidate]]] = {}
+    for task, cand in records:
+        if cand is not None:
+            by_level.setdefault(task.level, []).append((task, cand))
+    rng = random.Random(seed)
+    drawn: list[tuple[Task, Candidate]] = []
+    for level in sorted(by_level):
+        pool = sorted(by_level[level], key=lambda p: p[0].name)
+        drawn += rng.sample(pool, min(per_level, len(pool)))
+    return sorted(drawn, key=lambda p: (p[0].level, p[0].name))
+
+
+def write_records(pairs: Sequence[tuple[Task, Candidate]], path: Path, source: Path) -> None:
+    """The drawn records in cudal1's export layout (tasks and seeds in one file)."""
+    with path.open("w", encoding="utf-8") as out:
+        for task, cand in pairs:
+            record = {
+                "task": task.name,
+                "level": task.level,
+                "ref_code": task.source,
+                "custom_code": cand.source,
+                "claimed_speedup": cand.claimed_speedup,
+                "label": cand.label or f"published:{source.stem}",
+                "origin": task.origin,
+            }
+            out.write(json.dumps(record) + "\n")
+
+
+# -- reading the run -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One competitor on one task: its speedup over eager, or why it has none."""
+
+    name: str
+    speedup: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    status: str = ""  # why there is no speedup (failed, rejected, not evaluated)
+    origin: str = ""
+
+
+@dataclass(frozen=True)
+class TaskComparison:
+    task: str
+    level: int
+    compile: tuple[Measured, ...]
+    graph: Measured
+    published: Measured
+    kept: Measured
+    kept_backend: str = ""
+    composed_win: bool = False  # a composition beat its base and every baseline beyond intervals
+
+    @property
+    def best_compile(self) -> Measured | None:
+        timed = [m for m in self.compile if m.speedup is not None]
+        return max(timed, key=lambda m: m.speedup or 0.0) if timed else None
+
+    @property
+    def best_other(self) -> Measured | None:
+        """The best of every torch.compile mode, CUDA graph and the verified published kernel."""
+        timed = [m for m in (*self.compile, self.graph, self.published) if m.speedup is not None]
+        return max(timed, key=lambda m: m.speedup or 0.0) if timed else None
+
+    @property
+    def kept_holds(self) -> bool:
+        """Whether cudal1's kept kernel is at least the best other one within its interval."""
+        best = self.best_other
+        if best is None or best.speedup is None:
+            return True
+        high = self.kept.ci_high if self.kept.ci_high is not None else self.kept.speedup
+        return high is not None and high >= best.speedup
+
+
+def _measured(name: str, row: CandidateRow | None) -> Measured:
+    if row is None:
+        return Measured(name, None, status="not run")
+    result = row.result
+    if result is None:
+        return Measured(name, None, status="pending", origin=row.origin)
+    if not result.ok or result.timing is None:
+        return Measured(name, None, status=why_not_ok(result)[:60], origin=row.origin)
+    t = result.timing
+    return Measured(name, result.speedup, t.ci_low, t.ci_high, origin=row.origin)
+
+
+def _kept(record: TaskRecord) -> tuple[Measured, str]:
+    measured = record.measured
+    if not record.faster or record.best is None or measured is None or measured.timing is None:
+        return Measured("reference", 1.0, 1.0, 1.0, origin=REFERENCE_LABEL), ""
+    t = measured.timing
+    best = record.best
+    return Measured(best.label, measured.speedup, t.ci_low, t.ci_high, origin=best.origin), best.backend
+
+
+def compare_task(record: TaskRecord, rows: Sequence[CandidateRow]) -> TaskComparison:
+    by_label = {r.label: r for r in rows}
+    seeds = [r for r in rows if r.backend == SEED_BACKEND]
+    published = _measured("published", max(seeds, key=lambda r: r.speedup or 0.0) if seeds else None)
+    compile_ = tuple(_measured(mode, by_label.get(mode)) for mode in COMPILE_MODES)
+    graph = _measured(GRAPH, by_label.get(GRAPH))
+    kept, backend = _kept(record)
+    comparison = TaskComparison(record.name, record.level, compile_, graph, published, kept, backend)
+    return _with_composed_win(comparison, record, rows)
+
+
+def _with_composed_win(c: TaskComparison, record: TaskRecord, rows: Sequence[CandidateRow]) -> TaskComparison:
+    """Mark a task whose kept kernel is a composition faster than its base and every baseline."""
+    if c.kept_backend != COMPOSE_BACKEND or record.best is None or c.kept.ci_low is None:
+        return c
+    base = next((r for r in rows if r.id == record.best.base_id), None)
+    rivals = [m.speedup for m in (*c.compile, c.graph, c.published) if m.speedup is not None]
+    if base is not None and base.speedup is not None:
+        rivals.append(base.speedup)
+    return dataclasses.replace(c, composed_win=all(c.kept.ci_low > s for s in rivals))
+
+
+def compare_run(run_dir: Path) -> tuple[list[TaskComparison], dict]:
+    """Every task's comparison, and the run's throughput facts."""
+    record = load_run(run_dir)
+    with RunDirectory(run_dir).open_db() as db:
+        rows = {t.name: db.evaluated(t.name) for t in record.tasks}
+    comparisons = [compare_task(t, rows[t.name]) for t in record.tasks]
+    evaluations = sum(len(r) for r in rows.values()) + sum(t.final is not None for t in record.tasks)
+    devices = max(1, len(record.config.pool.devices))
+    hours = record.wall_s / 3600.0
+    facts = {
+        "evaluations": evaluations,
+        "wall_s": round(record.wall_s, 1),
+        "devices": devices,
+        "evaluations_per_gpu_hour": round(evaluations / (hours * devices), 1) if hours > 0 else None,
+        "gpu_seconds": round(record.gpu_seconds, 1),
+        "complete": record.complete,
+    }
+    return comparisons, facts
+
+
+# -- summary and rendering -------------------------------------------------------------------------
+
+
+def geomean(values: Sequence[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def summarize(comparisons: Sequence[TaskComparison]) -> dict:
+    kept = [c.kept.speedup or 1.0 for c in comparisons]
+    over_compile = [
+        (c.kept.speedup or 1.0) / b.speedup
+        for c in comparisons
+        if (b := c.best_compile) is not None and b.speedup
+    ]
+    published_over_compile = [
+        c.published.speedup / b.speedup
+        for c in comparisons
+        if c.published.speedup is not None and (b := c.best_compile) is not None and b.speedup
+    ]
+    return {
+        "tasks": len(comparisons),
+        "kept_geomean_over_eager": geomean(kept),
+        "kept_geomean_over_best_compile": geomean(over_compile),
+        "published_verified": sum(c.published.speedup is not None for c in comparisons),
+        "published_geomean_over_best_compile": geomean(published_over_compile),
+        "kept_below_best_other": [c.task for c in comparisons if not c.kept_holds],
+        "composed_wins": [
+            {"task": c.task, "chain": c.kept.origin, "speedup": c.kept.speedup}
+            for c in comparisons
+            if c.composed_win
+        ],
+    }
+
+
+def _x(m: Measured | None) -> str:
+    if m is None:
+        return "-"
+    return f"{m.speedup:.2f}" if m.speedup is not None else m.status.split(":")[0][:10] or "-"
+
+
+def _short(mode: str) -> str:
+    return {
+        "torch-compile-default": "def",
+        "torch-compile-reduce-overhead": "ro",
+        "torch-compile-max-autotune": "ma",
+        "torch-compile-max-autotune-no-cudagraphs": "ma-ncg",
+    }.get(mode, mode)
+
+
+def table(comparisons: Sequence[TaskComparison]) -> Table:
+    t = Table(title="speedup over eager, one run, one GPU", show_lines=False)
+    for col in ("task", "compile best", "graph", "published", "cudal1 kept [95% CI]", "origin", "winner"):
+        t.add_column(col, overflow="fold")
+    for c in comparisons:
+        best = c.best_compile
+        kept = c.kept
+        ci = (
+            f" [{kept.ci_low:.2f},{kept.ci_high:.2f}]"
+            if kept.ci_low is not None and kept.ci_high is not None
+            else ""
+        )
+        other = c.best_other
+        winner = "cudal1" if other is None or (kept.speedup or 0) >= (other.speedup or 0) else other.name
+        margin = (kept.speedup or 1.0) / other.speedup if other and other.speedup else None
+        t.add_row(
+            c.task,
+            f"{_x(best)} ({_short(best.name)})" if best else "-",
+            _x(c.graph),
+            _x(c.published),
+            f"{kept.speedup:.2f}{ci}" + ("" if c.kept_holds else " !"),
+            kept.origin[:28],
+            f"{winner} {margin:.2f}x" if margin else winner,
+        )
+    return t
+
+
+def run_optimize(args: argparse.Namespace, tasks_file: Path, run: Path) -> int:
+    command = [
+        sys.executable,
+        "-m",
+        "cudal1.cli",
+        "optimize",
+        str(tasks_file),
+        "--seed",
+        str(tasks_file),
+        "--suite",
+        "full",
+        "--out",
+        str(run),
+        "--set",
+        f"eval.timing.budget_s={args.budget_s}",
+        "--set",
+        f"final.timing.budget_s={args.final_budget_s}",
+    ]
+    if args.workers:
+        command += ["--set", f"pool.workers={args.workers}"]
+    if args.resume and (run / "candidates.db").exists():
+        command.append("--resume")
+    for item in args.set or ():
+        command += ["--set", item]
+    print("$", " ".join(command), flush=True)
+    return subprocess.call(command)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("records", type=Path, help="CUDA-L1 release file or cudal1 export")
+    ap.add_argument("--run", type=Path, default=Path("runs/best-known"), help="benchmark directory")
+    ap.add_argument("--per-level", type=int, default=10, help="tasks drawn per level")
+    ap.add_argument("--seed", type=int, default=2026, help="seed of the draw")
+    ap.add_argument("--workers", type=int, default=0, help="evaluation workers (default: the pool's)")
+    ap.add_argument("--budget-s", type=float, default=1.0, help="timing budget per search evaluation")
+    ap.add_argument(
+        "--final-budget-s", type=float, default=3.0, help="timing budget of the final re-evaluation"
+    )
+    ap.add_argument("--set", action="append", help="more optimize config overrides")
+    ap.add_argument("--resume", action="store_true", help="continue the run in --run")
+    ap.add_argument("--report-only", action="store_true", help="print the table of the run as it stands")
+    ap.add_argument("--json", type=Path, help="write rows and summary here")
+    args = ap.parse_args(argv)
+
+    args.run.mkdir(parents=True, exist_ok=True)
+    tasks_file, run = args.run / "tasks.jsonl", args.run / "optimize"
+    if not args.report_only:
+        if not (args.resume and tasks_file.exists()):
+            drawn = draw(load_cuda_l1_records(args.records), args.per_level, args.seed)
+            write_records(drawn, tasks_file, args.records)
+            print(f"drew {len(drawn)} tasks with seed {args.seed}: {', '.join(t.name for t, _ in drawn)}")
+        rc = run_optimize(args, tasks_file, run)
+        if rc != 0:
+            print(f"optimize exited {rc}; the table shows what the run holds (resume with --resume)")
+    comparisons, facts = compare_run(run)
+    summary = summarize(comparisons)
+    console = Console(width=140)
+    console.print(table(comparisons))
+    console.print(json.dumps({**summary, **facts}, indent=1))
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {"rows": [asdict(c) for c in comparisons], "summary": summary, "facts": facts}, indent=1
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
