@@ -31,6 +31,7 @@ import dataclasses
 import json
 import math
 import random
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -306,7 +307,17 @@ def run_optimize(args: argparse.Namespace, tasks_file: Path, run: Path) -> int:
     for item in args.set or ():
         command += ["--set", item]
     print("$", " ".join(command), flush=True)
-    return subprocess.call(command)
+    # Ctrl-C (or `timeout -s INT`) reaches optimize, which stops cleanly and keeps what it stored;
+    # this process waits for it instead of killing it (what subprocess.call does on an interrupt).
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return subprocess.Popen(command, preexec_fn=_default_sigint).wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

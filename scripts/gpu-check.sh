@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool): installs carried wheels, runs the GPU tests and the
 # benchmarks, and writes logs under $OUT. Usage: bash scripts/gpu-check.sh [tests|bench|all|optimize|verify|train] [ARGS...]
+# best-known [ARGS]: benchmarks/best_known.py on .data/cuda-l1-h100.jsonl (carry .data, and runs/best-known
+# to resume a run from an earlier machine); the run directory is copied to $OUT/best-known.
 # train [prepare|grpo|bench|stages]: the training checks of issue 11 (each part fits one 9-minute call;
 # prepare before grpo and bench on a warm machine, since they read runs/learning-check).
 set -uo pipefail
@@ -37,6 +39,16 @@ if [[ $what == verify ]]; then
   for arg in "$@"; do [[ $arg == --json-out || $arg == --json-out=* ]] && json=(); done
   COLUMNS=${COLUMNS:-240} python3 -m cudal1.cli verify "$@" "${json[@]}" 2>&1 | tee "$OUT/verify.log"
   rc=${PIPESTATUS[0]}
+fi
+if [[ $what == best-known ]]; then
+  # Stop a little before the device tool's 10-minute limit so the run directory still comes back.
+  COLUMNS=${COLUMNS:-160} timeout -s INT "${BEST_KNOWN_S:-500}" python3 benchmarks/best_known.py \
+    .data/cuda-l1-h100.jsonl --run runs/best-known --resume --json "$OUT/best-known.json" "$@" \
+    2>&1 | tee "$OUT/best-known.log"
+  rc=${PIPESTATUS[0]}
+  python3 benchmarks/best_known.py .data/cuda-l1-h100.jsonl --run runs/best-known --report-only \
+    --json "$OUT/best-known.json" 2>&1 | tee "$OUT/best-known-table.log"
+  mkdir -p "$OUT/best-known" && cp -r runs/best-known/. "$OUT/best-known/"
 fi
 if [[ $what == train ]]; then
   part=${1:-prepare}; shift || true
