@@ -103,6 +103,9 @@ class Candidate:
     source: str
     label: str = ""
     claimed_speedup: float | None = None
+    # Where the source came from, as a provenance chain read left to right ("cuda-l1:h100",
+    # "seed cuda-l1:h100 > cuda-graph"); "" when the file that holds it does not say.
+    origin: str = ""
 
     @property
     def hash(self) -> str:

@@ -2,7 +2,7 @@
 maps the outcome to an exit code (codes, consoles and errors: ``cli.common``).
 
 One module per command: ``tasks`` (``tasks list``), ``eval_cmd`` (``eval``), ``verify``,
-``optimize``, ``runs`` (``runs show``), ``report``, ``collect``, ``dataset`` (``dataset export``) and
+``optimize``, ``runs`` (``runs show``), ``export``, ``report``, ``collect``, ``dataset`` (``dataset export``) and
 ``train`` (``train sft|selfsup|grpo``); long commands show progress through ``cli.progress``.
 """
 
@@ -17,6 +17,7 @@ from cudal1.cli.collect import collect_command
 from cudal1.cli.common import EXIT_OK, console, reflow_help
 from cudal1.cli.dataset import dataset_app
 from cudal1.cli.eval_cmd import eval_command
+from cudal1.cli.export import export_command
 from cudal1.cli.optimize import optimize_command
 from cudal1.cli.report import report_command
 from cudal1.cli.runs import runs_app
@@ -59,6 +60,7 @@ app.command("eval")(eval_command)
 app.command("verify")(verify_command)
 app.command("optimize")(optimize_command)
 app.add_typer(runs_app, name="runs")
+app.command("export")(export_command)
 app.command("collect")(collect_command)
 app.add_typer(dataset_app, name="dataset")
 app.add_typer(train_app, name="train")

@@ -19,11 +19,14 @@ from cudal1.cli.common import (
     DEVICES_HELP,
     EXIT_OK,
     POOL_HELP,
+    SEED_HELP,
     bad_input,
     console,
     interruptible,
     pool_values,
     resolve_config,
+    seed_values,
+    session_seeds,
     session_tasks,
     setup_logging,
     size_for,
@@ -58,26 +61,30 @@ def collect_command(
     devices: Annotated[str | None, typer.Option(help=DEVICES_HELP)] = None,
     pool: Annotated[str | None, typer.Option(help=POOL_HELP)] = None,
     size: Annotated[Size | None, typer.Option(help="bundled task sizes (auto: by device)")] = None,
+    seed: Annotated[list[Path] | None, typer.Option("--seed", metavar="FILE", help=SEED_HELP)] = None,
     config: Annotated[Path | None, typer.Option(help="YAML CollectConfig")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="config override, e.g. samples=8")] = None,
     verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
 ) -> None:
     """Ask every --llm model for variants of TASKS with the generation prompt; evaluate and store \
-all of them with their provenance (model, prompt, tokens)."""
+all of them with their provenance (model, prompt, tokens). --seed FILE adds published or exported \
+kernels to round 0 (as in `cudal1 optimize`), evaluated and stored the same way."""
     setup_logging(verbose)
     saved = RunDirectory(out).config_file
     resuming = resume and saved.is_file()
     flags: dict[str, Any] = {"samples": samples, "eval.device": device, "size": size}
     flags.update(pool_values(pool, devices))
+    flags.update(seed_values(seed))
     if llm:
         flags["llms"] = [{"spec": spec} for spec in llm]
     cfg = resolve_config(CollectConfig, saved if resuming and config is None else config, set_, flags)
     task_list = session_tasks(
         tasks, out, resume=resume, add=add_tasks, size=size_for(cfg.size, cfg.eval.device)
     )
+    seeds = session_seeds(cfg.seed_files, task_list)
     try:
         with interruptible(f"`cudal1 collect --out {out} --resume`"), ProgressReporter() as progress:
-            counts = collect(task_list, out, cfg, resume=resume, progress=ProgressView(progress))
+            counts = collect(task_list, out, cfg, resume=resume, seeds=seeds, progress=ProgressView(progress))
     except (RunError, LLMError, RayPoolError) as exc:
         raise bad_input(str(exc)) from None
     for name, c in counts.items():

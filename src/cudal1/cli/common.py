@@ -15,7 +15,7 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -28,8 +28,10 @@ from rich.text import Text
 
 from cudal1.config import ConfigError, Size, Suite, load_config
 from cudal1.eval.devices import resolve_device, visible_gpus
+from cudal1.report.progress import seeds_line
 from cudal1.run.directory import RunDirectory, RunError
 from cudal1.schema import Task
+from cudal1.search.seeds import SeedError, SeedSet, load_seeds
 from cudal1.tasks import TaskError, bundled_tasks, load_tasks
 
 console = Console()
@@ -46,6 +48,12 @@ FORMAT_HELP = "table (fitted to the terminal; 80 columns in a pipe) | md (Markdo
 ADD_TASKS_HELP = "with --resume: also search TASKS the run did not start with"
 DEVICES_HELP = "GPUs to evaluate on, one timing lane each: all | 0,1,... (cuda:N); default: --device's one"
 POOL_HELP = "local (this machine's devices) | ray (a Ray cluster's GPUs: RAY_ADDRESS or a new local one) | ray://HOST:PORT"
+
+SEED_HELP = (
+    "start from the kernels in FILE (repeatable): a CUDA-L1 release file, a `cudal1 export` file or a"
+    " directory of <task name>.py; a record seeds the task whose source is its ref_code"
+    " (config: seed_files)"
+)
 
 C = TypeVar("C", bound=BaseModel)
 
@@ -172,6 +180,24 @@ def pool_values(pool: str | None, devices: str | None) -> dict[str, Any]:
             raise bad_input("--devices names this machine's GPUs; a Ray pool uses one actor per cluster GPU")
         values[f"{key}.devices"] = parse_devices(devices)
     return values
+
+
+def seed_values(seeds: list[Path] | None) -> dict[str, Any]:
+    """``--seed`` as the config's ``seed_files`` (absolute, so that a resumed session finds them
+    from anywhere); empty when not given, so a resumed run keeps its saved ones."""
+    return {"seed_files": [str(p.absolute()) for p in seeds]} if seeds else {}
+
+
+def session_seeds(paths: Sequence[Path], tasks: Sequence[Task]) -> SeedSet:
+    """The seeds of ``paths`` for ``tasks``, with a line on stderr saying what matched; a seed file
+    that cannot be used is bad input, before anything runs."""
+    try:
+        seeds = load_seeds(paths, tasks)
+    except SeedError as exc:
+        raise bad_input(str(exc)) from None
+    if paths:
+        err_console.print(seeds_line(seeds, len(tasks)), markup=False, highlight=False, soft_wrap=True)
+    return seeds
 
 
 def size_for(size: Size, device: str) -> Literal["gpu", "cpu"]:

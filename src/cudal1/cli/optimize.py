@@ -19,12 +19,15 @@ from cudal1.cli.common import (
     EXIT_OK,
     FORMAT_HELP,
     POOL_HELP,
+    SEED_HELP,
     OutputFormat,
     bad_input,
     interruptible,
     pool_values,
     print_result,
     resolve_config,
+    seed_values,
+    session_seeds,
     session_tasks,
     setup_logging,
     size_for,
@@ -68,6 +71,7 @@ def optimize_command(
             " every baseline, 10 s timing"
         ),
     ] = None,
+    seed: Annotated[list[Path] | None, typer.Option("--seed", metavar="FILE", help=SEED_HELP)] = None,
     config: Annotated[Path | None, typer.Option(help="YAML OptimizeConfig")] = None,
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="config override, e.g. budget.max_wall_s=3600")
@@ -75,7 +79,13 @@ def optimize_command(
     fmt: Annotated[OutputFormat, typer.Option("--format", help=FORMAT_HELP)] = "table",
     verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
 ) -> None:
-    """Search faster variants of TASKS: baselines, then contrastive LLM rounds; re-check the best."""
+    """Search faster variants of TASKS: baselines, then contrastive LLM rounds; re-check the best.
+
+    --seed FILE starts round 0 from published or exported kernels as well (a CUDA-L1 release \
+file, a `cudal1 export` file, or a directory of <task name>.py): a record seeds the task whose \
+source is its ref_code, whatever the names; one whose name matches a task but whose reference \
+differs is skipped and counted. Seeds are evaluated like any candidate and kept only if they \
+verify. Given with --resume, seeds the run does not have yet are evaluated first."""
     setup_logging(verbose)
     run = RunDirectory(out)
     saved = run.config_file
@@ -92,6 +102,7 @@ def optimize_command(
         "size": size,
         "suite": suite,
         **pool_values(pool, devices),
+        **seed_values(seed),
     }
     cfg = resolve_config(OptimizeConfig, saved if resuming else config, set_, flags)
     if cfg.size == "auto":  # the quick suite's baselines depend on the device: settle it first
@@ -100,9 +111,12 @@ def optimize_command(
     task_list = session_tasks(
         tasks, out, resume=resume, add=add_tasks, size=size_for(cfg.size, cfg.eval.device), suite=cfg.suite
     )
+    seeds = session_seeds(cfg.seed_files, task_list)
     try:
         with interruptible(f"`cudal1 optimize --out {out} --resume`"), ProgressReporter() as progress:
-            record = optimize(task_list, out, cfg, resume=resume, progress=ProgressView(progress))
+            record = optimize(
+                task_list, out, cfg, resume=resume, seeds=seeds, progress=ProgressView(progress)
+            )
     except (RunError, LLMError, RayPoolError) as exc:
         raise bad_input(str(exc)) from None
     summary = summarize_run(record)

@@ -25,12 +25,15 @@ from cudal1.cli.common import (
     DEVICES_HELP,
     EXIT_OK,
     POOL_HELP,
+    SEED_HELP,
     bad_input,
     console,
     interruptible,
     parse_devices,
     pool_values,
     resolve_config,
+    seed_values,
+    session_seeds,
     session_tasks,
     setup_logging,
     size_for,
@@ -161,6 +164,7 @@ def grpo_command(
     judge: Annotated[
         str | None, typer.Option(help="reward-checking model: openai:MODEL | hf:PATH | scripted:FILE")
     ] = None,
+    seed: Annotated[list[Path] | None, typer.Option("--seed", metavar="FILE", help=SEED_HELP)] = None,
     resume: ResumeOpt = False,
     add_tasks: AddTasksOpt = False,
     config: ConfigOpt = None,
@@ -171,7 +175,8 @@ def grpo_command(
     with their measured speedups); every completion of a generation batch is evaluated at once
     and rewarded by its verified log-speedup; suspicious rewards go to the reward-checking model
     first. On a GPU the evaluator also times on, generation, training and timing take turns;
-    --eval-devices gives the evaluator GPUs of its own."""
+    --eval-devices gives the evaluator GPUs of its own. --seed FILE stores published or exported
+    kernels with the baselines before the first prompts (as in `cudal1 optimize`)."""
     setup_logging(verbose)
     flags = {
         "optim.max_steps": steps,
@@ -179,10 +184,17 @@ def grpo_command(
         **pool_values(pool, None),
         "device": device,
         "audit.judge.spec": judge,
+        **seed_values(seed),
     }
     cfg = resolve_config(GRPOStageConfig, _config_file(config, out, resume), set_, flags)
     task_list = session_tasks(
         tasks, out, resume=resume, add=add_tasks, size=size_for(cfg.size, cfg.eval.device)
     )
+    seeds = session_seeds(cfg.seed_files, task_list)
     grpo = _stage("grpo")
-    _run(lambda progress: grpo.run_grpo(model, task_list, out, cfg, resume=resume, progress=progress), out)
+    _run(
+        lambda progress: grpo.run_grpo(
+            model, task_list, out, cfg, resume=resume, seeds=seeds, progress=progress
+        ),
+        out,
+    )

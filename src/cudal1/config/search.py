@@ -3,6 +3,7 @@ re-evaluation, and ``OptimizeConfig``, which holds them all for one ``cudal1 opt
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -30,6 +31,14 @@ QUICK_BUDGETS: dict[str, Any] = {
     "eval": {"timing": {"budget_s": 1.0}},
     "final": {"timing": {"budget_s": 2.0}},
 }
+
+
+# The ``seed_files`` of every stage that starts from round 0 (optimize, collect, GRPO).
+SEED_FILES_HELP = (
+    "kernels to start from: CUDA-L1 release files, cudal1 export files or directories of <task name>.py;"
+    " a record seeds the task whose source is its ref_code, a directory's file the task of its name;"
+    " each kernel is a round-0 candidate labelled seed:..., evaluated like any other"
+)
 
 
 def _under(defaults: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
@@ -169,6 +178,7 @@ class OptimizeConfig(StrictConfig):
     eval: EvalConfig = Field(default_factory=EvalConfig, description="evaluation during the search")
     pool: PoolConfig = Field(default_factory=PoolConfig, description="evaluation workers")
     final: FinalEvalConfig = Field(default_factory=FinalEvalConfig, description="final re-evaluation")
+    seed_files: tuple[Path, ...] = Field((), description=SEED_FILES_HELP)
     size: Size = Field("auto", description="bundled-suite sizes when no task path is given (auto: by device)")
     suite: Suite = Field(
         "quick",

@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 
 from cudal1.config.base import Device, StrictConfig
 from cudal1.config.eval import EvalConfig, PoolConfig
-from cudal1.config.search import BudgetConfig, ExemplarConfig, LLMConfig, Size
+from cudal1.config.search import SEED_FILES_HELP, BudgetConfig, ExemplarConfig, LLMConfig, Size
 
 
 class RewardConfig(StrictConfig):
@@ -78,6 +78,7 @@ class CollectConfig(StrictConfig):
     budget: BudgetConfig = Field(default_factory=BudgetConfig, description="when to stop early")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="evaluation of the collected variants")
     pool: PoolConfig = Field(default_factory=PoolConfig, description="evaluation workers")
+    seed_files: tuple[Path, ...] = Field((), description=SEED_FILES_HELP)
     size: Size = Field("auto", description="bundled-suite sizes when no task path is given (auto: by device)")
 
 
@@ -239,6 +240,11 @@ class GRPOStageConfig(StrictConfig):
     )
     baseline_labels: tuple[str, ...] | None = Field(
         None, description="built-in baselines seeded (None: all that apply to the task)"
+    )
+    seed_files: tuple[Path, ...] = Field(
+        (),
+        description=SEED_FILES_HELP
+        + "; stored with the baselines before step 1 (whatever seed_baselines says)",
     )
     reward: RewardConfig = Field(default_factory=RewardConfig, description="evaluation result -> reward")
     audit: AuditConfig = Field(default_factory=AuditConfig, description="the reward-checking model")

@@ -1,11 +1,13 @@
 """The wording of progress lines (``cli.progress`` prints them): one per finished evaluation, one
-per finished task and one per logged training step, the same in every long command. Pure string
-formatting of the run's events (``run.events``)."""
+per finished task and one per logged training step, the same in every long command, and the line
+that says what a session's seed files matched. Pure string formatting of the run's events
+(``run.events``) and seeds (``search.seeds.SeedSet``)."""
 
 from __future__ import annotations
 
 from cudal1.run.events import Evaluated, TaskFinal, TrainStep
 from cudal1.run.selection import REFERENCE_LABEL
+from cudal1.search.seeds import SeedSet
 
 
 def interval(ci_low: float | None, ci_high: float | None) -> str:
@@ -54,3 +56,19 @@ def step_line(event: TrainStep) -> str:
         f"{name} {float(metrics[key]):.3g}" for key, name in _STEP_METRICS if metrics.get(key) is not None
     ]
     return f"{event.phase} step {event.step}/{event.max_steps}" + (": " + ", ".join(shown) if shown else "")
+
+
+def seeds_line(seeds: SeedSet, tasks: int) -> str:
+    """What the seed files gave, e.g. ``seeds: 3 kernels for 2 of 3 tasks from h100.jsonl;
+    1 record skipped (a task's name with another reference)``."""
+    files = ", ".join(p.name or str(p) for p in seeds.files)
+    line = f"seeds: {_n(seeds.count, 'kernel')} for {len(seeds.proposals)} of {tasks} tasks from {files}"
+    if seeds.skipped:
+        line += f"; {_n(len(seeds.skipped), 'record')} skipped (a task's name with another reference)"
+    if seeds.without_code:
+        line += f"; {_n(seeds.without_code, 'matching record')} without code"
+    return line
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"

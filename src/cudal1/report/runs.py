@@ -54,6 +54,10 @@ class TaskSummary:
     parse_failed: int
     pending: int
     rounds_done: int
+    # The best variant's provenance chain ("seed cuda-l1:h100 > cuda-graph"; "" for a model's
+    # reply) and, for a seed, the speedup its source claimed (measured elsewhere).
+    origin: str = ""
+    claimed_speedup: float | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,8 @@ def _task_summary(t: TaskRecord) -> tuple[TaskSummary, EvalResult | None]:
         parse_failed=t.counts.parse_failed,
         pending=t.counts.pending,
         rounds_done=t.rounds_done,
+        origin=best.origin if best else "",
+        claimed_speedup=best.claimed_speedup if best else None,
     )
     return summary, result or t.first_result
 
@@ -235,8 +241,27 @@ def run_table(s: RunSummary) -> TableSpec:
     )
 
 
+def origin_lines(s: RunSummary) -> list[str]:
+    """Where each kept kernel came from, when that says more than its label: a seed (and what
+    its source claimed) or a chain of transforms, e.g. ``3_softmax: seed cuda-l1:h100 >
+    cuda-graph (claimed 1.960x)``. Built-in baselines (origin = label) and model replies (no
+    origin) need no line."""
+    lines = []
+    for t in s.tasks:
+        if t.outcome != FASTER_FOUND or not t.origin or t.origin == t.best_label:
+            continue
+        claim = f" (claimed {fmt_x(t.claimed_speedup)})" if t.claimed_speedup is not None else ""
+        lines.append(f"{t.task}: {t.origin}{claim}")
+    return lines
+
+
 def render_run_summary(s: RunSummary, width: int = 80) -> Group:
-    return Group(render_run_header(s), Text(""), to_rich(run_table(s), width))
+    parts: list[Table | Text] = [render_run_header(s), Text(""), to_rich(run_table(s), width)]
+    origins = origin_lines(s)
+    if origins:
+        parts.append(Text("origin of the kept kernels:", style="bold"))
+        parts.extend(Text("  " + line, overflow="fold") for line in origins)
+    return Group(*parts)
 
 
 def render_run_markdown(s: RunSummary) -> str:
@@ -247,4 +272,7 @@ def render_run_markdown(s: RunSummary) -> str:
         f"{s.gpu_seconds:.0f} s on the timing device; LLM {s.llm_calls} calls, {tokens:,} tokens, "
         f"${s.cost_usd:.2f}\n\n"
     )
-    return head + to_markdown(run_table(s))
+    origins = "".join(f"- {line}\n" for line in origin_lines(s))
+    return (
+        head + to_markdown(run_table(s)) + ("\norigin of the kept kernels:\n\n" + origins if origins else "")
+    )

@@ -74,7 +74,7 @@ def load_run(path: Path) -> RunRecord:
 def read_run(run: RunDirectory, db: CandidateDB, config: OptimizeConfig) -> RunRecord:
     """The run as it stands in its database, ledger and config."""
     stored = stored_tasks(db)
-    tasks = tuple(_task_record(db, name, task.level) for name, task in stored.items())
+    tasks = task_records(db)
     finals = [f[1] for name in stored if (f := final_record(db, name)) is not None]
     gpu_seconds = sum(
         device_held_seconds(r.result) for name in stored for r in db.evaluated(name) if r.result
@@ -91,6 +91,11 @@ def read_run(run: RunDirectory, db: CandidateDB, config: OptimizeConfig) -> RunR
         complete=db.get_meta("complete") == "1",
         tasks=tasks,
     )
+
+
+def task_records(db: CandidateDB) -> tuple[TaskRecord, ...]:
+    """Every task of a run (of any stage: its config is not read), as its database holds it."""
+    return tuple(_task_record(db, name, task.level) for name, task in stored_tasks(db).items())
 
 
 def _task_record(db: CandidateDB, name: str, level: int) -> TaskRecord:

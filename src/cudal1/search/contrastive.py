@@ -43,7 +43,7 @@ from cudal1.search.budget import Budget
 from cudal1.search.exemplars import select_exemplars
 from cudal1.search.lifecycle import Proposal, evaluate_and_record, store_proposals, store_reply
 from cudal1.search.prompts import prompt_hash, render_contrastive_prompt, render_generation_prompt
-from cudal1.search.seeds import seed_candidates
+from cudal1.search.seeds import SeedSet, seed_candidates
 
 log = logging.getLogger(__name__)
 
@@ -108,10 +108,15 @@ class SearchPlan(Protocol):
 
 
 class ContrastivePlan:
-    """``optimize``'s rounds: seeds at round 0, then the run's model with the contrastive prompt."""
+    """``optimize``'s rounds: round 0 holds the built-in baselines, the kernels given as seeds
+    (``seeds.SeedSet``) and the reference anchor; later rounds ask the run's model with the
+    contrastive prompt."""
 
-    def __init__(self, config: OptimizeConfig, backend: LLMBackend | None) -> None:
+    def __init__(
+        self, config: OptimizeConfig, backend: LLMBackend | None, seeds: SeedSet | None = None
+    ) -> None:
         self.config, self.backend = config, backend
+        self.seed_set = seeds if seeds is not None else SeedSet()
 
     @property
     def last_round(self) -> int:
@@ -122,11 +127,11 @@ class ContrastivePlan:
         return [] if self.backend is None else [self.backend]
 
     def expected(self, task: Task) -> int:
-        """Evaluations a task should see (for progress bars): seeds plus every LLM sample."""
+        """Evaluations a task should see (for progress bars): round 0 plus every LLM sample."""
         return len(self.seeds(task)) + self.last_round * self.config.samples
 
     def seeds(self, task: Task) -> list[Proposal]:
-        return seed_candidates(task, self.config.baseline_labels)
+        return seed_candidates(task, self.config.baseline_labels, self.seed_set.for_task(task.name))
 
     def request(self, task: Task, r: int, rows: Sequence[CandidateRow]) -> RoundRequest:
         assert self.backend is not None

@@ -59,19 +59,26 @@ class Proposal:
     origin: str = ""  # the chain, as ``Provenance.origin``
     base_id: int | None = None  # the candidate a transform was applied to
     claimed_speedup: float | None = None  # what the source's publisher claimed
+    # Its kind where it differs from the session's ``Provenance.backend``: "seed" for a kernel
+    # given with --seed, stored in round 0 beside the built-in baselines; "": the session's.
+    backend: str = ""
 
 
 def store_proposals(
     db: CandidateDB, task: Task, proposals: Sequence[Proposal], provenance: Provenance
 ) -> list[int]:
     """Store ``proposals`` as pending candidates in one transaction, each with ``provenance`` plus
-    its own origin; a source the task already has keeps its row (a seed stored by an earlier
+    its own origin (and backend, where it names one); a source the task already has keeps its row (a seed stored by an earlier
     session). Returns the rows' ids, in order."""
     ids: list[int] = []
     with db.transaction():
         for p in proposals:
             prov = dataclasses.replace(
-                provenance, origin=p.origin, base_id=p.base_id, claimed_speedup=p.claimed_speedup
+                provenance,
+                origin=p.origin,
+                base_id=p.base_id,
+                claimed_speedup=p.claimed_speedup,
+                backend=p.backend or provenance.backend,
             )
             try:
                 ids.append(db.add_candidate(task, p.source, prov, label=p.label))

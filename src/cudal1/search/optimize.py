@@ -41,7 +41,7 @@ from cudal1.run.selection import choose_best
 from cudal1.schema import EvalRequest, Task
 from cudal1.search.budget import Budget
 from cudal1.search.contrastive import ContrastivePlan, Search
-from cudal1.search.seeds import reference_anchor
+from cudal1.search.seeds import SeedSet, load_seeds, reference_anchor, store_late_seeds
 
 log = logging.getLogger(__name__)
 
@@ -57,22 +57,28 @@ def optimize(
     *,
     resume: bool = False,
     backend: LLMBackend | None = None,
+    seeds: SeedSet | None = None,
     progress: ProgressCallback | None = None,
 ) -> RunRecord:
     """Search faster variants of ``tasks`` in ``run_dir`` and re-evaluate each task's best.
 
     ``backend`` overrides ``config.llm.spec`` (tests inject one); its calls are then recorded in
-    the run's ledger. Raises RunError before doing anything when the run cannot start, and
-    ``LLMError`` when the endpoint fails (the preflight call, or later: everything stored stays).
+    the run's ledger. ``seeds`` are ``config.seed_files`` already loaded (the command loads them
+    to report what matched); round 0 holds them, and a resumed run whose round 0 is done
+    evaluates the ones it does not have yet first. Raises RunError before doing anything when the
+    run cannot start (a seed file that cannot be used included), and ``LLMError`` when the
+    endpoint fails (the preflight call, or later: everything stored stays).
     """
     run = RunDirectory(run_dir)
     run.check_start(tasks, resume=resume)
+    seeds = seeds if seeds is not None else load_seeds(config.seed_files, tasks)
     backend = backend if backend is not None else _make_backend(config.llm.spec, config.llm.options)
     preflight = _preflight(backend) if backend is not None and config.llm.preflight else []
     started = time.monotonic()
     with run.session() as db:
-        plan = ContrastivePlan(config, backend)
+        plan = ContrastivePlan(config, backend, seeds)
         run_id, budget = _start_session(run, db, tasks, config, plan, preflight, resume)
+        store_late_seeds(db, tasks, seeds, run_id)
         if progress is not None:
             progress(
                 RunStarted({t.name: TaskPlan(plan.expected(t), db.counts(t.name).dealt_with) for t in tasks})

@@ -1,21 +1,42 @@
 """Round 0 of a task: the candidates a run starts from before any model has written one.
 
-``seed_candidates`` gives the built-in proposer's baselines (``proposer.py``) and the reference
-anchor: the task's own program as a candidate labelled ``reference``, an A-vs-A measurement whose
-speedup should be 1.0, so that every other number of the task can be read against the
-evaluator's own noise. ``lifecycle.store_proposals`` puts them in a run's database (the
-search's round 0, GRPO's first prompts).
+``seed_candidates`` gives the built-in proposer's baselines (``proposer.py``), the kernels given
+with ``--seed`` (``load_seeds``), and the reference anchor: the task's own program as a
+candidate labelled ``reference``, an A-vs-A measurement whose speedup should be 1.0, so that
+every other number of the task can be read against the evaluator's own noise.
+``lifecycle.store_proposals`` puts them in a run's database (the search's round 0, collect's
+round 0, GRPO's first prompts).
+
+Seeds (issue 20: the bar is the best of torch.compile and the best published kernel, so a run
+starts from the published kernels): ``tasks.seed_files`` reads and matches the files; here each
+kernel becomes a round-0 ``Proposal`` labelled ``seed:<label>`` (unique per task), with the origin
+chain ``seed <where>`` (``seed cuda-l1:h100``), its claimed speedup and backend ``seed``. A seed is
+evaluated like every other candidate: one that fails or is rejected is recorded with its findings
+and is never kept (``run.selection.choose_best`` keeps only accepted results). A resumed run
+given seeds it does not have yet stores them as pending round-0 candidates (``store_late_seeds``),
+which the search evaluates first.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+import dataclasses
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
+from cudal1.run.database import CandidateDB, Provenance
+from cudal1.run.directory import RunError
 from cudal1.run.selection import REFERENCE_LABEL
-from cudal1.schema import Task
-from cudal1.search.lifecycle import Proposal
+from cudal1.schema import Candidate, Task, source_hash
+from cudal1.search.lifecycle import Proposal, store_proposals
 from cudal1.search.proposer import baseline_candidates
+from cudal1.tasks import TaskError, match_seed_files
+
+log = logging.getLogger(__name__)
+
+SEED_BACKEND = "seed"  # ``Provenance.backend`` of a kernel given with --seed
 
 
 class _Rename(ast.NodeTransformer):
@@ -39,11 +60,135 @@ def reference_anchor(task: Task) -> str:
     return ast.unparse(_Rename("Model", "ModelNew").visit(ast.parse(task.source))) + "\n"
 
 
-def seed_candidates(task: Task, labels: Sequence[str] | None) -> list[Proposal]:
-    """Round 0's proposals: the chosen built-in baselines, then the reference anchor."""
-    seeds = [
+def seed_candidates(
+    task: Task, labels: Sequence[str] | None, seeds: Sequence[Proposal] = ()
+) -> list[Proposal]:
+    """Round 0's proposals: the chosen built-in baselines, the ``seeds`` given for the task, then
+    the reference anchor."""
+    baselines = [
         Proposal(lbl, src, origin=lbl)
         for lbl, src in baseline_candidates(task)
         if labels is None or lbl in labels
     ]
-    return [*seeds, Proposal(REFERENCE_LABEL, reference_anchor(task), origin=REFERENCE_LABEL)]
+    return [*baselines, *seeds, Proposal(REFERENCE_LABEL, reference_anchor(task), origin=REFERENCE_LABEL)]
+
+
+# -- seeds given with --seed -------------------------------------------------------------------------
+
+
+class SeedError(RunError):
+    """A seed file that cannot be used (unreadable, malformed, or seeding none of the run's
+    tasks); nothing was run."""
+
+
+@dataclass(frozen=True)
+class SeedSet:
+    """The seeds of a session: each task's round-0 proposals, and what matching skipped."""
+
+    proposals: Mapping[str, tuple[Proposal, ...]] = field(default_factory=dict)  # by task name
+    files: tuple[Path, ...] = ()
+    skipped: tuple[str, ...] = ()  # records named like a run task, with another reference
+    without_code: int = 0  # matching records that hold no kernel
+
+    def for_task(self, name: str) -> list[Proposal]:
+        return list(self.proposals.get(name, ()))
+
+    @property
+    def count(self) -> int:
+        return sum(len(p) for p in self.proposals.values())
+
+
+def load_seeds(paths: Sequence[Path], tasks: Sequence[Task]) -> SeedSet:
+    """The seeds ``paths`` hold for ``tasks`` (``tasks.seed_files``), as proposals; SeedError
+    when a file cannot be read, is malformed or seeds none of the tasks."""
+    if not paths:
+        return SeedSet()
+    try:
+        match = match_seed_files(paths, tasks)
+    except TaskError as exc:
+        raise SeedError(f"seed file {exc}") from None
+    proposals = {name: tuple(seed_proposals(kernels)) for name, kernels in match.kernels.items()}
+    for name, props in proposals.items():
+        log.info("%s: %d seed(s): %s", name, len(props), ", ".join(p.label for p in props))
+    return SeedSet(proposals, tuple(Path(p) for p in paths), match.skipped, match.without_code)
+
+
+def seed_proposals(kernels: Sequence[Candidate]) -> list[Proposal]:
+    """One task's seed kernels as round-0 proposals, labelled ``seed:<label>`` (unique: a repeat
+    gets ``#2``, ``#3``...) with the origin chain ``seed <where>``."""
+    labels = _unique_labels([_prefixed(k.label or "file", "seed:") for k in kernels], ())
+    return [
+        Proposal(
+            label,
+            k.source,
+            origin=_prefixed(k.origin or k.label or "file", "seed "),
+            claimed_speedup=k.claimed_speedup,
+            backend=SEED_BACKEND,
+        )
+        for k, label in zip(kernels, labels, strict=True)
+    ]
+
+
+def _prefixed(text: str, prefix: str) -> str:
+    # A kernel exported by a run that was itself seeded already says it is a seed.
+    return text if text.startswith(prefix) else prefix + text
+
+
+def _unique_labels(labels: Sequence[str], taken: Collection[str]) -> list[str]:
+    """``labels`` with a ``#n`` suffix where one repeats an earlier one or one in ``taken``."""
+    used, out = set(taken), []
+    for label in labels:
+        n, unique = 1, label
+        while unique in used:
+            n += 1
+            unique = f"{label}#{n}"
+        used.add(unique)
+        out.append(unique)
+    return out
+
+
+def store_late_seeds(db: CandidateDB, tasks: Sequence[Task], seeds: SeedSet, run_id: int | None) -> int:
+    """Store the seeds of tasks whose round 0 is already finished (a resumed run given new
+    seeds) as pending round-0 candidates, which the search evaluates first; tasks still in round
+    0 get theirs from the plan. Returns how many were new."""
+    return sum(
+        store_seeds(db, task, seeds.for_task(task.name), run_id)
+        for task in tasks
+        if db.rounds_done(task.name) > 0
+    )
+
+
+def store_seeds(db: CandidateDB, task: Task, proposals: Sequence[Proposal], run_id: int | None) -> int:
+    """Store the seed ``proposals`` that ``task`` does not have yet, as pending round-0
+    candidates, relabelled where an earlier seed took the label. Returns how many were stored."""
+    new = [p for p in proposals if db.find_by_hash(task.name, source_hash(p.source)) is None]
+    if not new:
+        return 0
+    taken = {r.label for r in db.evaluated(task.name) + db.pending(task.name)}
+    labels = _unique_labels([p.label for p in new], taken)
+    relabelled = [dataclasses.replace(p, label=label) for p, label in zip(new, labels, strict=True)]
+    store_proposals(db, task, relabelled, Provenance(round=0, backend=SEED_BACKEND, run_id=run_id))
+    log.info("%s: %d new seed(s) stored for evaluation", task.name, len(new))
+    return len(new)
+
+
+def store_round_zero(
+    db: CandidateDB,
+    tasks: Mapping[str, Task],
+    seeds: SeedSet,
+    run_id: int | None,
+    *,
+    baselines: bool,
+    labels: Sequence[str] | None,
+) -> None:
+    """Round 0 of a stage that has no rounds of its own (GRPO, before its first prompts): tasks
+    with no candidate get the built-in baselines ``labels`` and the reference (when
+    ``baselines``) with their seeds; every task gets the seeds it does not have yet (a resumed
+    run may be given new ones). Everything is left pending, for the caller to evaluate."""
+    for task in tasks.values():
+        given = seeds.for_task(task.name)
+        if baselines and not db.counts(task.name).total:
+            proposals = seed_candidates(task, labels, given)
+            store_proposals(db, task, proposals, Provenance(backend="baseline", run_id=run_id))
+        else:
+            store_seeds(db, task, given, run_id)

@@ -1,7 +1,9 @@
-"""Task formats and loading: KernelBench files and trees, CUDA-L1 records, the bundled suite."""
+"""Task formats and loading: KernelBench files and trees, CUDA-L1 records, the bundled suite, and
+the seed files a run starts from."""
 
 from cudal1.tasks.cuda_l1 import load_cuda_l1_records
 from cudal1.tasks.loading import load_kernelbench_dir, load_task_file, load_tasks
+from cudal1.tasks.seed_files import SeedMatch, match_seed_files
 from cudal1.tasks.source import (
     TaskError,
     check_task_source,
@@ -13,6 +15,7 @@ from cudal1.tasks.suite import QUICK_TASKS, bundled_root, bundled_tasks, cpu_ove
 
 __all__ = [
     "QUICK_TASKS",
+    "SeedMatch",
     "TaskError",
     "bundled_root",
     "bundled_tasks",
@@ -23,6 +26,7 @@ __all__ = [
     "load_kernelbench_dir",
     "load_task_file",
     "load_tasks",
+    "match_seed_files",
     "override_constants",
     "task_filename",
 ]

@@ -8,7 +8,10 @@ time; ``score_torch_compile_default``, ``score_cuda_graph``, ... against other b
 reference (release README). ``optimized_cuda_code/codes/<gpu>.json`` holds the same codes as
 one JSON object keyed by level, each a list of records with a string ``score``. Both are read,
 as are a JSON list of records and cudal1's export records
-``{"task", "level", "ref_code", "custom_code", "claimed_speedup"}`` (optional ``label``, ``origin``).
+``{"task", "level", "ref_code", "custom_code", "claimed_speedup"}`` (optional ``label``, ``origin``:
+the task's origin, ``provenance``: the candidate's chain; ``run.export`` writes them).
+A release record's candidate has the origin ``cuda-l1:<gpu>`` (the file's stem, ``h100``), an
+export record's the chain under ``provenance``.
 
 The suffix does not say which layout a file has, so the content decides. Claimed speedups are
 only claims: they were measured elsewhere, on another GPU, by another evaluator.
@@ -109,10 +112,12 @@ def _pair(record: Record, where: str, path: Path) -> tuple[Task, Candidate | Non
     if "task" in record:  # cudal1 export
         name, level = str(record["task"]), _integer(record.get("level", 0), "level", where)
         origin, label = _origin(record.get("origin") or "cuda-l1", where), str(record.get("label") or "")
+        chain = str(record.get("provenance") or label)
     elif "level_id" in record and "task_id" in record:  # CUDA-L1 release
         level = _integer(record["level_id"], "level_id", where)
         name = f"L{level}_{_integer(record['task_id'], 'task_id', where)}"
-        origin, label = "cuda-l1", f"cuda-l1:{path.stem}"
+        origin, label = "cuda-l1", release_label(path)
+        chain = label
     else:
         raise TaskError(f"{where}: record has neither 'task' nor 'level_id' and 'task_id'")
     ref_code = record.get("ref_code")
@@ -125,7 +130,17 @@ def _pair(record: Record, where: str, path: Path) -> tuple[Task, Candidate | Non
         return task, None
     if not isinstance(code, str):
         raise TaskError(f"{where}: task {name}: custom_code is {type(code).__name__}, not a string")
-    return task, Candidate(task_name=name, source=code, label=label, claimed_speedup=_claim(record, where))
+    claim = _claim(record, where)
+    return task, Candidate(task_name=name, source=code, label=label, claimed_speedup=claim, origin=chain)
+
+
+def release_label(path: Path) -> str:
+    """``cuda-l1:<gpu>`` for a release file: its stem (``h100.json``), without a ``cuda-l1-``
+    prefix that a local copy's name may carry (``cuda-l1-h100.jsonl``)."""
+    stem = path.stem
+    for prefix in ("cuda-l1-", "cuda_l1_"):
+        stem = stem.removeprefix(prefix)
+    return f"cuda-l1:{stem}"
 
 
 def _origin(value: Any, where: str) -> TaskOrigin:

@@ -3,8 +3,8 @@ generation prompt for every task, and every answer is evaluated and stored with 
 
 A collect run is a run directory like ``optimize``'s (``run/directory.py``): ``config.yaml``,
 ``candidates.db``, ``run.log``, ``llm-calls.jsonl``; ``cudal1 dataset export`` and ``runs show``
-read it the same way. Round ``i`` of a task is the ``i``-th model's samples (round 0 is empty: a
-collect run seeds no baselines), so the database's round bookkeeping gives resume for free: a
+read it the same way. Round ``i`` of a task is the ``i``-th model's samples (round 0 holds only
+the kernels given with ``--seed``: a collect run seeds no baselines), so the database's round bookkeeping gives resume for free: a
 task first evaluates what was stored but not evaluated, then asks the models whose round is not
 finished, and a round whose samples are already stored is not sampled again.
 
@@ -32,6 +32,7 @@ from cudal1.schema import Task
 from cudal1.search.budget import Budget
 from cudal1.search.contrastive import RoundRequest, Search, generation_prompt
 from cudal1.search.lifecycle import Proposal
+from cudal1.search.seeds import SeedSet, load_seeds, store_late_seeds
 
 
 class CollectError(RunError):
@@ -39,10 +40,14 @@ class CollectError(RunError):
 
 
 class CollectPlan:
-    """Round 0 holds nothing; round ``i`` asks the ``i``-th model the one-shot prompt."""
+    """Round 0 holds the kernels given as seeds (nothing else); round ``i`` asks the ``i``-th
+    model the one-shot prompt."""
 
-    def __init__(self, config: CollectConfig, models: Sequence[LLMBackend]) -> None:
+    def __init__(
+        self, config: CollectConfig, models: Sequence[LLMBackend], seeds: SeedSet | None = None
+    ) -> None:
         self.config, self.models = config, list(models)
+        self.seed_set = seeds if seeds is not None else SeedSet()
 
     @property
     def last_round(self) -> int:
@@ -53,7 +58,11 @@ class CollectPlan:
         return self.models
 
     def seeds(self, task: Task) -> list[Proposal]:
-        return []
+        return self.seed_set.for_task(task.name)
+
+    def expected(self, task: Task) -> int:
+        """Evaluations a task should see (for progress bars): its seeds and every model's samples."""
+        return len(self.seeds(task)) + len(self.models) * self.config.samples
 
     def request(self, task: Task, r: int, rows: Sequence[CandidateRow]) -> RoundRequest:
         backend = self.models[r - 1]
@@ -71,17 +80,21 @@ def collect(
     *,
     resume: bool = False,
     backends: Sequence[LLMBackend] | None = None,
+    seeds: SeedSet | None = None,
     progress: ProgressCallback | None = None,
 ) -> dict[str, Any]:
     """Ask every model for variants of every task, evaluate them, store everything in ``run_dir``.
 
-    ``backends`` overrides ``config.llms`` (tests inject scripted ones). Returns per-task counts.
+    ``backends`` overrides ``config.llms`` (tests inject scripted ones); ``seeds`` are
+    ``config.seed_files`` already loaded (round 0 holds them, as in ``optimize``). Returns
+    per-task counts.
     """
     run = RunDirectory(run_dir)
     try:
         run.check_start(tasks, resume=resume)
     except RunError as exc:
         raise CollectError(str(exc)) from None
+    seeds = seeds if seeds is not None else load_seeds(config.seed_files, tasks)
     models = list(backends) if backends is not None else _backends(config)
     if not models:
         raise CollectError("collect needs at least one model (--llm SPEC)")
@@ -94,14 +107,15 @@ def collect(
         for backend in models:
             backend.ledger = ledger
         budget = Budget.resumed(config.budget, ledger, before, db, tasks)
+        plan = CollectPlan(config, models, seeds)
+        store_late_seeds(db, tasks, seeds, run_id)
         if progress is not None:
-            total = len(models) * config.samples
-            progress(RunStarted({t.name: TaskPlan(total, db.counts(t.name).dealt_with) for t in tasks}))
+            progress(
+                RunStarted({t.name: TaskPlan(plan.expected(t), db.counts(t.name).dealt_with) for t in tasks})
+            )
         try:
             with make_pool(config.eval, config.pool) as pool:
-                search = Search(
-                    db, pool, CollectPlan(config, models), budget, progress=progress, run_id=run_id
-                )
+                search = Search(db, pool, plan, budget, progress=progress, run_id=run_id)
                 asyncio.run(search.run(tasks))
         finally:  # a killed session's wall time counts too, as in optimize
             add_wall_time(db, time.monotonic() - started)

@@ -1,6 +1,8 @@
 """Stage 3: contrastive GRPO (TRL's ``GRPOTrainer``) with the evaluator pool as the reward.
 
-What runs, per generation batch: ``prompt_stream`` builds each prompt live from the candidate
+Before step 1, each task is seeded (``search.seeds.store_round_zero``): the built-in baselines and
+the reference where it has no candidate yet, and the kernels given with ``--seed``; all of them
+are evaluated before the first prompt. What runs, per generation batch: ``prompt_stream`` builds each prompt live from the candidate
 database (exemplars with their measured speedups, chosen and rendered by the search's own
 ``task_prompt``: the one-shot prompt while a task has no correct variant); TRL samples
 ``num_generations`` completions per prompt; ``PoolReward`` stores, evaluates, audits and scores
@@ -39,13 +41,13 @@ from cudal1.audit import open_case_db
 from cudal1.config import GRPOStageConfig
 from cudal1.eval.pool import Pool
 from cudal1.eval.pool_kinds import make_pool
-from cudal1.run.database import CandidateDB, Provenance
+from cudal1.run.database import CandidateDB
 from cudal1.run.directory import RunDirectory, start_session
 from cudal1.schema import Task
 from cudal1.search.contrastive import task_prompt
-from cudal1.search.lifecycle import evaluate_rows, store_proposals
+from cudal1.search.lifecycle import evaluate_rows
 from cudal1.search.prompts import prompt_hash
-from cudal1.search.seeds import seed_candidates
+from cudal1.search.seeds import SeedSet, load_seeds, store_round_zero
 from cudal1.train.auditing import RewardAuditor, make_judge
 from cudal1.train.models import (
     MODEL_DIR,
@@ -157,15 +159,17 @@ def run_grpo(
     *,
     resume: bool = False,
     judge: Any = None,
+    seeds: SeedSet | None = None,
     progress: ProgressCallback | None = None,
 ) -> Path:
     """Train ``model_path`` with contrastive GRPO on ``tasks``; returns ``out/model``.
 
-    ``judge`` overrides ``config.audit.judge`` (tests inject a ``ScriptedJudge``); ``progress``
-    gets a ``TrainStep`` event per logged step.
+    ``judge`` overrides ``config.audit.judge`` (tests inject a ``ScriptedJudge``); ``seeds`` are
+    ``config.seed_files`` already loaded; ``progress`` gets a ``TrainStep`` event per logged step.
     """
     run = RunDirectory(out)
     check_stage_start(run, resume)
+    seeds = seeds if seeds is not None else load_seeds(config.seed_files, tasks)
     run.write_config(config)
     out = run.path
     device = training_device(config.device)
@@ -184,7 +188,10 @@ def run_grpo(
             pool.devices,
             "alternate" if gate.shared else "overlap",
         )
-        _prepare(db, pool, by_name, gate, run_id, seed=config.seed_baselines, labels=config.baseline_labels)
+        store_round_zero(
+            db, by_name, seeds, run_id, baselines=config.seed_baselines, labels=config.baseline_labels
+        )
+        _evaluate_pending(db, pool, by_name, gate)
         auditor = RewardAuditor(config.audit, config.reward, judge or make_judge(config.audit), cases, db)
         reward = PoolReward(
             db,
@@ -213,24 +220,8 @@ def run_grpo(
         return save_policy(trainer.model, tokenizer, out / MODEL_DIR)
 
 
-def _prepare(
-    db: CandidateDB,
-    pool: Pool,
-    tasks: dict[str, Task],
-    gate: PhaseGate,
-    run_id: int,
-    *,
-    seed: bool,
-    labels: Sequence[str] | None,
-) -> None:
-    """Seed tasks with no candidate (when asked), then evaluate everything pending (seeds, and a
-    killed session's samples), before the first prompt is built."""
-    if seed:
-        for task in tasks.values():
-            if not db.counts(task.name).total:
-                store_proposals(
-                    db, task, seed_candidates(task, labels), Provenance(backend="baseline", run_id=run_id)
-                )
+def _evaluate_pending(db: CandidateDB, pool: Pool, tasks: dict[str, Task], gate: PhaseGate) -> None:
+    """Evaluate everything pending (round 0, and a killed session's samples) before training."""
     pending = [r for r in db.pending() if r.task in tasks]
     if pending:
         log.info("evaluating %d pending candidate(s) before training", len(pending))
