@@ -39,11 +39,12 @@ def reference_anchor(task: Task) -> str:
     return ast.unparse(_Rename("Model", "ModelNew").visit(ast.parse(task.source))) + "\n"
 
 
-def seed_candidates(task: Task, labels: Sequence[str] | None) -> list[Proposal]:
-    """Round 0's proposals: the chosen built-in baselines, then the reference anchor."""
+def seed_candidates(task: Task, labels: Sequence[str] | None, *, cuda: bool = True) -> list[Proposal]:
+    """Round 0's proposals: the chosen built-in baselines that apply on a CUDA device (``cuda``)
+    or a CPU, then the reference anchor."""
     seeds = [
         Proposal(lbl, src, origin=lbl)
-        for lbl, src in baseline_candidates(task)
+        for lbl, src in baseline_candidates(task, cuda=cuda)
         if labels is None or lbl in labels
     ]
     return [*seeds, Proposal(REFERENCE_LABEL, reference_anchor(task), origin=REFERENCE_LABEL)]
