@@ -55,6 +55,9 @@ class CollectPlan:
     def seeds(self, task: Task) -> list[Proposal]:
         return []
 
+    def compositions(self, task: Task, r: int, rows: Sequence[CandidateRow]) -> list[Proposal]:
+        return []  # collect keeps what the models wrote: a dataset of their kernels, not of wrappers
+
     def request(self, task: Task, r: int, rows: Sequence[CandidateRow]) -> RoundRequest:
         backend = self.models[r - 1]
         llm = self.config.llms[r - 1] if r <= len(self.config.llms) else LLMConfig()
