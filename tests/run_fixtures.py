@@ -24,7 +24,7 @@ from cudal1.run.events import Evaluated, Event
 from cudal1.tasks import bundled_tasks
 
 TASKS = {t.name: t for t in bundled_tasks("cpu")}
-GELU, SUM = TASKS["5_gelu"], TASKS["6_sum_reduction"]
+GELU, SUM, CONV = TASKS["5_gelu"], TASKS["6_sum_reduction"], TASKS["2_conv2d"]
 PREFLIGHT = "Reply with OK."
 
 GOOD = """## Performance analysis
@@ -115,6 +115,8 @@ def config_data(tmp_path: Path, **update: Any) -> dict[str, Any]:
         "eval": eval_data(tmp_path),
         "pool": {"workers": 2, "spares": 1},
         "final": {"timing": {"budget_s": 0.5}, "correctness_trials": 2},
+        # Off unless a test is about it: a torch.compile composition costs 20-45 s on this CPU.
+        "compose": {"enabled": False},
     }
     return _merge(base, update)
 

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from run_fixtures import GELU, fast_config
+from run_fixtures import CONV, fast_config
 from typer.testing import CliRunner
 
 from cudal1.cli import app
@@ -23,8 +23,8 @@ from cudal1.search.verify import Row
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("report")
-    cfg = fast_config(tmp, rounds=0, baseline_labels=["cuda-graph", "cudnn-benchmark"])
-    optimize([GELU], tmp / "run", cfg)
+    cfg = fast_config(tmp, rounds=0, baseline_labels=["cuda-graph", "cudnn-benchmark", "channels-last"])
+    optimize([CONV], tmp / "run", cfg)
     return tmp / "run"
 
 
@@ -74,14 +74,17 @@ def test_run_report_in_every_format(run_dir: Path) -> None:
     stats = data["stats"]["cpu"]["all"]
     assert stats["tasks"] == 1 and stats["correct"] == 1
     (entry,) = data["entries"]
-    assert entry["task"] == GELU.name and set(entry["baselines"]) >= {"cuda-graph", "cudnn-benchmark"}
+    # on a CPU, CUDA graphs and cuDNN flags are the reference renamed: not proposed, not reported
+    assert entry["task"] == CONV.name and "channels-last" in entry["baselines"]
+    assert not {"cuda-graph", "cudnn-benchmark"} & set(entry["baselines"])
     # the kept kernel is a variant only when it beat the reference beyond its interval
     assert entry["speedup"] == 1.0 if entry["label"] == "reference" else entry["ci_low"] > 1.0
     assert data["costs"][0]["kind"] == "run" and data["costs"][0]["gpu_seconds"] > 0
 
     table = invoke(str(run_dir))
     words = " ".join(table.split())
-    assert "speedup (x) over eager on cpu" in words and "CUDA graph" in words and "…" not in table
+    assert "speedup (x) over eager on cpu" in words and "channels_last" in words and "…" not in table
+    assert "CUDA graph" not in words and "GPU: cpu" not in words
     assert all(len(line) <= 80 for line in table.splitlines())
     md = invoke(str(run_dir), "--format", "md")
     assert "| group | tasks | correct | >1.01x | mean | max | p75 | p50 | p25 | geomean |" in md

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from cudal1.report.paper import Entry, baseline_table, percentile, speedup_stats, task_table
-from cudal1.report.tables import fit_columns
+from cudal1.report.paper import (
+    Cost,
+    Entry,
+    Source,
+    baseline_table,
+    percentile,
+    report_tables,
+    speedup_stats,
+    task_table,
+)
+from cudal1.report.tables import fit_columns, to_markdown
 
 
 def test_statistics_as_the_paper_reports_them() -> None:
@@ -44,3 +55,20 @@ def test_task_table_keeps_over_torch_compile_longest() -> None:
     spec = task_table(ENTRIES)
     _, headings, _ = fit_columns(spec, 60)  # room for one baseline column
     assert "/compile" in headings and "/graph" not in headings and "SOL%" not in headings
+
+
+def test_a_cpu_run_is_not_compared_with_what_only_a_gpu_measures() -> None:
+    """On a CPU, a CUDA graph or cuDNN flags ran the reference unchanged (runs from before they
+    were skipped there hold them): no "over CUDA graph" for what was the reference renamed."""
+    cpu = [
+        Entry(
+            "run", "cpu", "a", 1, "llm-r1-s0", True, 1.5, baselines={"cuda-graph": 1.0, "channels-last": 1.2}
+        ),
+        Entry("run", "cpu", "b", 1, "reference", True, 1.0, baselines={"cudnn-benchmark": 1.0}),
+    ]
+    text = " ".join(to_markdown(t) for t in report_tables([Source(tuple(cpu), Cost("run", "run", "cpu"))]))
+    assert "CUDA graph" not in text and "cuDNN" not in text and "/graph" not in text
+    assert "over channels_last" in text
+    assert cpu[0].over("cuda-graph") is None and cpu[0].over("channels-last") == pytest.approx(1.25)
+    gpu = dataclasses.replace(cpu[0], gpu="NVIDIA H100")
+    assert gpu.over("cuda-graph") == 1.5  # on a GPU it is the baseline its name says

@@ -65,6 +65,13 @@ def test_run_table_at_80_columns_cuts_no_cell_and_says_what_it_dropped() -> None
     assert "not shown" not in wide and "cuda-graph 0.951x" in wide and "12.35" in wide
 
 
+def test_a_cpu_run_says_it_ran_on_the_cpu() -> None:
+    cpu = dataclasses.replace(SUMMARY, device="cpu", gpu=None)
+    for text in (render(render_run_summary(cpu, 120), 120), render_run_markdown(cpu)):
+        assert "GPU:" not in text and "cpu (no GPU; timed by wall clock)" in " ".join(text.split())
+    assert "cuda:0 (NVIDIA H100 80GB HBM3)" in " ".join(render(render_run_summary(SUMMARY, 120), 120).split())
+
+
 def test_columns_go_in_the_stated_order() -> None:
     cols = (Col("name"), Col("a long heading", "a", drop=1), Col("b", drop=3), Col("c", drop=2))
     spec = TableSpec("t", cols, (("x" * 20, "1", "2" * 10, "3" * 10),))

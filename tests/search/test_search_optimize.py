@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from run_fixtures import (
+    CONV,
     GELU,
     GOOD,
     NO_CODE,
@@ -39,15 +40,15 @@ from cudal1.search.seeds import reference_anchor
 
 def test_scripted_loop_stores_results_failures_and_final(tmp_path: Path, open_db: Any) -> None:
     run = tmp_path / "run"
-    cfg = fast_config(tmp_path, rounds=2, baseline_labels=["cudnn-benchmark"])
+    cfg = fast_config(tmp_path, rounds=2)
     backend = scripted([GOOD, NO_CODE, TRUNCATED, SYNTAX_ERROR])
     events = Recorder()
     summary = summarize_run(optimize([GELU], run, cfg, backend=backend, progress=events))
 
     db = open_db(run)
     counts = db.counts(GELU.name)
-    # round 0: cudnn-benchmark + reference; rounds 1 and 2: one parseable reply of four each
-    assert (counts.evaluated, counts.parse_failed, counts.pending) == (4, 6, 0)
+    # round 0: the reference; rounds 1 and 2: one parseable reply of four each
+    assert (counts.evaluated, counts.parse_failed, counts.pending) == (3, 6, 0)
     assert db.rounds_done(GELU.name) == 3
     failures = db._query("SELECT * FROM candidates WHERE status = 'parse_failed'")
     errors = " | ".join(r.parse_error or "" for r in failures)
@@ -62,7 +63,7 @@ def test_scripted_loop_stores_results_failures_and_final(tmp_path: Path, open_db
     task = summary.tasks[0]
     assert task.final and task.correct and task.best_id == finals[0].id
     assert task.speedup is not None and task.ci_low is not None and task.ref_ms is not None
-    assert (task.evaluated, task.parse_failed) == (4, 6)
+    assert (task.evaluated, task.parse_failed) == (3, 6)
     assert summary.complete and summary.stop_reason is None and summary.llm == "scripted:reply"
 
     kept = finals[0].source if load_run(run).tasks[0].faster else reference_anchor(GELU)
@@ -105,44 +106,45 @@ def test_dead_endpoint_fails_before_anything_is_written(tmp_path: Path, closed_p
 
 def test_kill_then_resume_evaluates_only_what_is_left(tmp_path: Path, open_db: Any) -> None:
     run = tmp_path / "run"
-    cfg = fast_config(tmp_path, baseline_labels=["cudnn-benchmark", "cuda-graph"])
+    cfg = fast_config(tmp_path, baseline_labels=["channels-last"])
     with pytest.raises(Killed):
-        optimize([GELU], run, cfg, progress=Recorder(kill_after=1))
+        optimize([CONV], run, cfg, progress=Recorder(kill_after=1))
     db = open_db(run)
-    before = {r.id: r.evaluated_at for r in db.evaluated(GELU.name)}
-    pending = len(db.pending(GELU.name))
-    assert len(before) >= 1 and pending >= 1 and len(before) + pending == 3
+    before = {r.id: r.evaluated_at for r in db.evaluated(CONV.name)}
+    pending = len(db.pending(CONV.name))
+    assert len(before) >= 1 and pending >= 1 and len(before) + pending == 2
     killed = summarize_run(load_run(run))
     assert not killed.complete and killed.tasks[0].pending == pending
 
     with pytest.raises(RunError, match="--resume"):
-        optimize([GELU], run, cfg)
+        optimize([CONV], run, cfg)
     events = Recorder()
     summary = summarize_run(
-        optimize([GELU], run, RunDirectory(run).read_config(OptimizeConfig), resume=True, progress=events)
+        optimize([CONV], run, RunDirectory(run).read_config(OptimizeConfig), resume=True, progress=events)
     )
     assert events.count(Evaluated) == pending
-    assert {r.id: r.evaluated_at for r in db.evaluated(GELU.name) if r.id in before} == before
-    assert db.counts(GELU.name).evaluated == 3 and db.rounds_done(GELU.name) == 1
+    assert {r.id: r.evaluated_at for r in db.evaluated(CONV.name) if r.id in before} == before
+    assert db.counts(CONV.name).evaluated == 2 and db.rounds_done(CONV.name) == 1
     assert summary.complete and summary.tasks[0].final
 
     again = Recorder()
-    optimize([GELU], run, RunDirectory(run).read_config(OptimizeConfig), resume=True, progress=again)
+    optimize([CONV], run, RunDirectory(run).read_config(OptimizeConfig), resume=True, progress=again)
     assert again.count(Evaluated) == again.count(TaskFinal) == 0  # nothing left to do
 
 
 def test_baselines_only_gives_every_task_a_result(tmp_path: Path, open_db: Any) -> None:
+    """On a CPU the CUDA-only baselines are not proposed: they would be the reference renamed."""
     run = tmp_path / "run"
-    summary = summarize_run(
-        optimize([GELU, SUM], run, fast_config(tmp_path, baseline_labels=["cudnn-benchmark"]))
-    )
+    cfg = fast_config(tmp_path, baseline_labels=["channels-last", "cudnn-benchmark", "cuda-graph"])
+    summary = summarize_run(optimize([CONV, SUM], run, cfg))
     db = open_db(run)
-    for task in (GELU, SUM):
-        labels = {r.label for r in db.evaluated(task.name)}
-        assert labels == {"cudnn-benchmark", REFERENCE_LABEL}
+    assert {r.label for r in db.evaluated(CONV.name)} == {"channels-last", REFERENCE_LABEL}
+    assert {r.label for r in db.evaluated(SUM.name)} == {REFERENCE_LABEL}  # no convolution: no NHWC
+    for task in (CONV, SUM):
         assert (run / "best" / f"{task.name}.py").is_file()
-    assert [t.task for t in summary.tasks] == [GELU.name, SUM.name]
-    assert all(t.final and t.correct and t.evaluated == 2 for t in summary.tasks)
+    assert [t.task for t in summary.tasks] == [CONV.name, SUM.name]
+    assert all(t.final and t.correct for t in summary.tasks)
+    assert [t.evaluated for t in summary.tasks] == [2, 1]
     assert summary.llm is None and summary.llm_calls == 0
 
 

@@ -68,7 +68,13 @@ def get_init_inputs():
 
 _COUNTER = itertools.count()
 TASKS = [GEMM_TASK, CONV_TASK, BMM_TASK]
-EAGER_VARIANTS = ("cuda-graph", "cudnn-benchmark", "channels-last")
+EAGER_VARIANTS = (
+    "cuda-graph",
+    "cudnn-benchmark",
+    "channels-last",
+    "cuda-graph+cudnn-benchmark",
+    "channels-last+cudnn-benchmark",
+)
 COMPILE_VARIANTS = (
     "torch-compile-default",
     "torch-compile-reduce-overhead",
@@ -120,13 +126,33 @@ def assert_same(expected, actual, tol: float = 1e-5) -> None:
             assert_same(e, a, tol)
 
 
-def labels(task: Task) -> list[str]:
-    return [label for label, _ in baseline_candidates(task)]
+def labels(task: Task, *, cuda: bool = True) -> list[str]:
+    return [label for label, _ in baseline_candidates(task, cuda=cuda)]
 
 
 def test_variants_offered_per_task():
-    assert labels(GEMM_TASK) == [*COMPILE_VARIANTS, "cuda-graph", "cudnn-benchmark"]
-    assert labels(CONV_TASK)[-1] == "channels-last"
+    assert labels(GEMM_TASK) == [
+        *COMPILE_VARIANTS,
+        "cuda-graph",
+        "cudnn-benchmark",
+        "cuda-graph+cudnn-benchmark",
+    ]
+    assert labels(CONV_TASK)[6:] == [
+        "channels-last",
+        "torch-compile-default+channels-last",
+        "cuda-graph+cudnn-benchmark",
+        "channels-last+cudnn-benchmark",
+    ]
+
+
+def test_a_cpu_gets_no_cuda_only_variants():
+    """CUDA graphs and cuDNN flags run the reference unchanged on a CPU: the reference renamed."""
+    assert labels(GEMM_TASK, cuda=False) == list(COMPILE_VARIANTS)
+    assert labels(CONV_TASK, cuda=False) == [
+        *COMPILE_VARIANTS,
+        "channels-last",
+        "torch-compile-default+channels-last",
+    ]
 
 
 @pytest.mark.parametrize("task", TASKS, ids=lambda t: t.name)
@@ -190,6 +216,14 @@ def test_channels_last_variant_really_uses_channels_last():
     cand, _ = run_pair(CONV_TASK, dict(baseline_candidates(CONV_TASK))["channels-last"])
     assert cand.model.conv.weight.is_contiguous(memory_format=torch.channels_last)
     assert list(cand.state_dict()) == ["model.conv.weight", "model.conv.bias"]
+
+
+def test_a_pair_applies_its_transforms_innermost_first():
+    source = dict(baseline_candidates(CONV_TASK))["channels-last+cudnn-benchmark"]
+    cand, _ = run_pair(CONV_TASK, source)
+    assert type(cand.model).__name__ == "_Base" and type(cand.model.model).__name__ == "_Reference"
+    assert cand.model.model.conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert source.count("def _map_tensors(") == 1
 
 
 def test_task_without_model_is_refused():

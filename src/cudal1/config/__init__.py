@@ -26,12 +26,14 @@ from cudal1.config.eval import (
 )
 from cudal1.config.search import (
     BudgetConfig,
+    ComposeConfig,
     ExemplarConfig,
     FinalEvalConfig,
     LLMConfig,
     OptimizeConfig,
     Size,
     Suite,
+    Transform,
 )
 from cudal1.config.train import (
     AuditConfig,
@@ -50,6 +52,7 @@ __all__ = [
     "AuditConfig",
     "BudgetConfig",
     "CollectConfig",
+    "ComposeConfig",
     "ConfigError",
     "Device",
     "EvalConfig",
@@ -74,6 +77,7 @@ __all__ = [
     "StrictConfig",
     "TimingConfig",
     "ToleranceConfig",
+    "Transform",
     "apply_overrides",
     "dump_config",
     "load_config",

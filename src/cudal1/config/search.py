@@ -13,19 +13,35 @@ from cudal1.config.eval import EvalConfig, PoolConfig
 
 Size = Literal["auto", "gpu", "cpu"]
 Suite = Literal["quick", "full"]
+# The built-in transforms (search/transforms.py), and the pairs that apply two of them: each wraps
+# a program (the task's reference in round 0, any verified candidate afterwards) in a ModelNew.
+Transform = Literal[
+    "torch-compile-default",
+    "torch-compile-reduce-overhead",
+    "torch-compile-max-autotune",
+    "torch-compile-max-autotune-no-cudagraphs",
+    "cuda-graph",
+    "cudnn-benchmark",
+    "channels-last",
+    "torch-compile-default+channels-last",
+    "cuda-graph+cudnn-benchmark",
+    "channels-last+cudnn-benchmark",
+]
 
 # What `cudal1 optimize` does with no options (suite "quick"): three tasks, a few baselines and
 # short timing budgets, so that the README's first command fits a coffee break (times measured in
 # README "Quick start"). Baselines depend on the device the suite is sized for: on a 2-core CPU a
 # torch.compile variant holds the timing device for 20-45 s while it compiles (measured on
 # 4_transformer_block: 21 s default, 33 s reduce-overhead, 43 s max-autotune-no-cudagraphs), so the
-# CPU quick suite measures only the variants that cost seconds; a GPU's adds torch.compile (default).
+# CPU quick suite measures only the variants that cost seconds, of which a CPU has one
+# (channels-last, on convolutions: CUDA graphs and cuDNN flags are the reference itself there, so
+# a CPU run never proposes them); a GPU's adds torch.compile (default).
 # These are defaults only: a config file or --set wins, and config.yaml keeps what the run used.
 # The quick suite's tasks are ``tasks.QUICK_TASKS``; suite "full" is every bundled task and every
 # baseline at the budgets of ``TimingConfig`` and ``FinalEvalConfig``.
 QUICK_BASELINES: dict[str, list[str]] = {
     "gpu": ["torch-compile-default", "cuda-graph", "cudnn-benchmark", "channels-last"],
-    "cpu": ["cuda-graph", "cudnn-benchmark", "channels-last"],
+    "cpu": ["channels-last"],
 }
 QUICK_BUDGETS: dict[str, Any] = {
     "eval": {"timing": {"budget_s": 1.0}},
@@ -163,6 +179,32 @@ def _renamed_final_keys(data: Any) -> Any:
     return data
 
 
+class ComposeConfig(StrictConfig):
+    """The composition step that ends every round: built-in transforms over the round's best kernels.
+
+    A published kernel or an LLM's is often beaten by torch.compile of the reference; the same
+    transforms over the kernel itself can beat both. Each round's top ``top_k`` verified kernels
+    (seeds, LLM kernels, repaired twins; never baselines or compositions) get every transform that
+    applies to the task and device, and a kernel rejected only for process-wide state it left
+    changed gets a repaired twin. Each composition is one more evaluation.
+    """
+
+    enabled: bool = Field(True, description="compose transforms over each round's best kernels")
+    top_k: int = Field(2, ge=1, description="verified kernels of a round that the transforms are applied to")
+    transforms: tuple[Transform, ...] = Field(
+        (
+            "torch-compile-default",
+            "torch-compile-reduce-overhead",
+            "cuda-graph",
+            "cuda-graph+cudnn-benchmark",
+            "channels-last",
+            "torch-compile-default+channels-last",
+        ),
+        description="transforms applied to each of them; CUDA-only ones are skipped on a CPU device and "
+        "channels-last ones on tasks without 2-D convolutions",
+    )
+
+
 class OptimizeConfig(StrictConfig):
     """Everything ``cudal1 optimize`` does; saved as the run directory's ``config.yaml``."""
 
@@ -179,6 +221,9 @@ class OptimizeConfig(StrictConfig):
     pool: PoolConfig = Field(default_factory=PoolConfig, description="evaluation workers")
     final: FinalEvalConfig = Field(default_factory=FinalEvalConfig, description="final re-evaluation")
     seed_files: tuple[Path, ...] = Field((), description=SEED_FILES_HELP)
+    compose: ComposeConfig = Field(
+        default_factory=ComposeConfig, description="transforms composed over each round's best kernels"
+    )
     size: Size = Field("auto", description="bundled-suite sizes when no task path is given (auto: by device)")
     suite: Suite = Field(
         "quick",

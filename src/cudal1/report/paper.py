@@ -12,9 +12,12 @@ The numbers, as the CUDA-L1 paper reports them (arXiv 2507.14111; shared/researc
   faster = tasks above 1.01x; per level and over all;
 - against each baseline the run measured on the same device (torch.compile modes, CUDA graph,
   cuDNN flags): kept speedup / that baseline's speedup, so "over torch.compile" reads as in the
-  CUDA-L1 release tables;
+  CUDA-L1 release tables. On a CPU the CUDA-only ones (CUDA graph, cuDNN flags, pairs holding
+  them) ran the reference unchanged: a run from before they were skipped there may hold them,
+  and they are never reported as what their names say;
 - speed of light: the kept kernel's time against the device's physical floor (percent);
-- cost: LLM calls, tokens and dollars from the run's ledger; GPU-seconds the device was held.
+- cost: LLM calls, tokens and dollars from the run's ledger; seconds the timing device (a GPU, or
+  the CPU) was held.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from cudal1.report.tables import Cell, Col, TableSpec
 from cudal1.run.records import RunRecord, TaskRecord
 from cudal1.run.selection import REFERENCE_LABEL, device_held_seconds
 from cudal1.schema import EvalResult
+from cudal1.search.transforms import cuda_only
 
 # Baselines by proposer label (search/proposer.py), in the order the tables show them, with the
 # short name a narrow table's heading uses.
@@ -40,6 +44,9 @@ BASELINES: dict[str, str] = {
     "cuda-graph": "CUDA graph",
     "cudnn-benchmark": "cuDNN benchmark",
     "channels-last": "channels_last",
+    "torch-compile-default+channels-last": "torch.compile + channels_last",
+    "cuda-graph+cudnn-benchmark": "CUDA graph + cuDNN benchmark",
+    "channels-last+cudnn-benchmark": "channels_last + cuDNN benchmark",
 }
 SHORT: dict[str, str] = {
     "torch-compile-default": "compile",
@@ -49,6 +56,9 @@ SHORT: dict[str, str] = {
     "cuda-graph": "graph",
     "cudnn-benchmark": "cuDNN",
     "channels-last": "NHWC",
+    "torch-compile-default+channels-last": "c+NHWC",
+    "cuda-graph+cudnn-benchmark": "graph+cuDNN",
+    "channels-last+cudnn-benchmark": "NHWC+cuDNN",
 }
 CPU = "cpu"
 
@@ -71,8 +81,9 @@ class Entry:
     baselines: dict[str, float] = field(default_factory=dict)  # label -> its speedup over eager
 
     def over(self, label: str) -> float | None:
-        """The kept kernel's speedup over baseline ``label`` (None when that baseline failed)."""
-        base = self.baselines.get(label)
+        """The kept kernel's speedup over baseline ``label`` (None when that baseline failed, or
+        measured nothing of its own on this device)."""
+        base = self.baselines.get(label) if measures(self.gpu, label) else None
         if self.speedup is None or base is None or base <= 0:
             return None
         return 1.0 if label == self.label else self.speedup / base
@@ -96,6 +107,12 @@ class Source:
     cost: Cost
 
 
+def measures(gpu: str, label: str) -> bool:
+    """Whether baseline ``label`` on device ``gpu`` measured what its name says: on a CPU a
+    CUDA-only baseline ran the reference unchanged."""
+    return gpu != CPU or not cuda_only(label)
+
+
 def _gpu(result: EvalResult | None) -> str:
     if result is None:
         return CPU
@@ -107,7 +124,9 @@ def _run_entry(run_dir: str, t: TaskRecord) -> Entry:
     measured = t.measured
     results = [r for _, r in t.baselines]
     gpu = _gpu(measured or (results[0] if results else t.first_result))
-    baselines = {label: r.speedup for label, r in t.baselines if r.speedup is not None}
+    baselines = {
+        label: r.speedup for label, r in t.baselines if r.speedup is not None and measures(gpu, label)
+    }
     timing = measured.timing if measured is not None and measured.ok else None
     sol = measured.sol if measured is not None else None
     ref_sol = sol.ref_percent if sol else None
@@ -219,7 +238,7 @@ def levels(entries: Sequence[Entry]) -> list[int]:
 
 
 def baselines_seen(entries: Sequence[Entry]) -> list[str]:
-    seen = {label for e in entries for label in e.baselines}
+    seen = {label for e in entries for label in e.baselines if measures(e.gpu, label)}
     return [label for label in BASELINES if label in seen]
 
 
@@ -343,14 +362,16 @@ def cost_table(sources: Sequence[Source]) -> TableSpec:
     columns = (
         Col("source", wrap=True),
         Col("kind", drop=2),
-        Col("GPU", drop=1, wrap=True),
+        Col("device", drop=1, wrap=True),
         Col("LLM calls", "calls", right=True),
         Col("tokens", right=True),
         Col("dollars", "$", right=True),
-        Col("GPU-seconds", "GPU-s", right=True),
+        Col("device-seconds", "dev-s", right=True),
         Col("wall s", "wall", drop=3, right=True),
     )
-    return TableSpec("cost", columns, rows, caption="GPU-seconds: time the timing device was held")
+    return TableSpec(
+        "cost", columns, rows, caption="device-seconds: time the timing device (a GPU, or the CPU) was held"
+    )
 
 
 def report_tables(sources: Sequence[Source]) -> list[TableSpec]:

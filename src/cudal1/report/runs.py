@@ -168,6 +168,15 @@ def _speedup_cell(speedup: float | None, ci: tuple[float | None, float | None]) 
     return text
 
 
+def device_text(s: RunSummary) -> str:
+    """The device a run timed on, as what it is: a named GPU, or the CPU (wall-clock timing)."""
+    if s.device is None:
+        return "-"
+    if s.device == "cpu":
+        return "cpu (no GPU; timed by wall clock)"
+    return f"{s.device} ({s.gpu or 'GPU name not recorded'})"
+
+
 def render_run_header(s: RunSummary) -> Table:
     status = "complete" if s.complete else "incomplete (resume with --resume)"
     if s.stop_reason:
@@ -177,7 +186,7 @@ def render_run_header(s: RunSummary) -> Table:
     grid.add_column(overflow="fold")
     grid.add_row("run", s.run_dir)
     grid.add_row("status", status)
-    grid.add_row("device", f"{s.device or '-'}  (GPU: {s.gpu or '-'})")
+    grid.add_row("device", device_text(s))
     grid.add_row(
         "proposer", f"{s.llm}, {s.rounds} rounds x {s.samples} samples" if s.llm else "built-in baselines"
     )
@@ -267,7 +276,7 @@ def render_run_summary(s: RunSummary, width: int = 80) -> Group:
 def render_run_markdown(s: RunSummary) -> str:
     tokens = s.prompt_tokens + s.completion_tokens
     head = (
-        f"run `{s.run_dir}` on {s.device or '-'} (GPU: {s.gpu or '-'}); "
+        f"run `{s.run_dir}` on {device_text(s)}; "
         f"{'complete' if s.complete else 'incomplete'}; {s.wall_s:.0f} s wall, "
         f"{s.gpu_seconds:.0f} s on the timing device; LLM {s.llm_calls} calls, {tokens:,} tokens, "
         f"${s.cost_usd:.2f}\n\n"

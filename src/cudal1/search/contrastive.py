@@ -11,6 +11,13 @@ Each LLM round draws the plan's samples from one call, extracts each reply's ``M
 it (or the parse failure), evaluates the new candidates on the pool and records the results; the
 next round sees them. With no LLM, round 0 is the search.
 
+Every round ends with a composition step: once the round's own candidates are evaluated, the plan
+proposes candidates built from them (``SearchPlan.compositions``: for ``optimize``, the built-in
+transforms over the round's best kernels and repaired twins, ``proposer.compositions``); they are
+stored under the round's number (backend ``compose``), evaluated, and asked for again with the
+new results, until the plan proposes nothing new (a repaired twin's transforms come on the second
+pass). Only then is the round finished.
+
 Concurrency: every task runs as its own asyncio task, so one task's LLM call overlaps another
 task's evaluations; evaluations are pool futures awaited through ``asyncio.wrap_future``, at
 most ``pool.capacity`` in flight so that a budget stops the run promptly instead of after a
@@ -18,8 +25,10 @@ queue drains. A task's rounds are sequential: a round's prompt needs the previou
 
 Resume: the database is the state. A task first evaluates whatever is stored but pending
 (samples of a round that was killed mid-evaluation), then continues at ``rounds_done``; a round
-whose samples are already stored is not sampled again. Budgets are checked before every LLM call
-and every evaluation (``budget.py``); work already under way finishes and is recorded.
+whose samples are already stored is not sampled again, and its composition step runs again: the
+same compositions are the same sources, which keep their stored rows. Budgets are checked before
+every LLM call and every evaluation (``budget.py``); work already under way finishes and is
+recorded; a round with candidates left pending (its compositions included) stays unfinished.
 An ``LLMError`` the backend could not retry stops the whole run (everything stored stays).
 """
 
@@ -33,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 from cudal1.config import ExemplarConfig, OptimizeConfig
+from cudal1.eval.devices import resolve_device
 from cudal1.eval.pool import Pool
 from cudal1.llm import BudgetExceeded, Completion, LLMBackend, Message, SamplingParams
 from cudal1.run.database import CandidateDB, CandidateRow, Provenance
@@ -43,6 +53,7 @@ from cudal1.search.budget import Budget
 from cudal1.search.exemplars import select_exemplars
 from cudal1.search.lifecycle import Proposal, evaluate_and_record, store_proposals, store_reply
 from cudal1.search.prompts import prompt_hash, render_contrastive_prompt, render_generation_prompt
+from cudal1.search.proposer import COMPOSE_BACKEND, compositions, compositions_at_most, is_base
 from cudal1.search.seeds import SeedSet, seed_candidates
 
 log = logging.getLogger(__name__)
@@ -106,6 +117,11 @@ class SearchPlan(Protocol):
         """LLM round ``r`` (>= 1) of ``task``, given its evaluated candidates ``rows``."""
         ...
 
+    def compositions(self, task: Task, r: int, rows: Sequence[CandidateRow]) -> list[Proposal]:
+        """Candidates built from round ``r``'s, given the task's evaluated candidates ``rows``
+        (asked again after each batch is evaluated; a repeated source keeps its row)."""
+        ...
+
 
 class ContrastivePlan:
     """``optimize``'s rounds: round 0 holds the built-in baselines, the kernels given as seeds
@@ -117,6 +133,7 @@ class ContrastivePlan:
     ) -> None:
         self.config, self.backend = config, backend
         self.seed_set = seeds if seeds is not None else SeedSet()
+        self.cuda = _times_on_cuda(config)
 
     @property
     def last_round(self) -> int:
@@ -127,11 +144,23 @@ class ContrastivePlan:
         return [] if self.backend is None else [self.backend]
 
     def expected(self, task: Task) -> int:
-        """Evaluations a task should see (for progress bars): round 0 plus every LLM sample."""
-        return len(self.seeds(task)) + self.last_round * self.config.samples
+        """Evaluations a task should see (for progress bars): seeds, every LLM sample, and at most
+        the compositions over each round's best (fewer when fewer kernels verify; repaired twins
+        are not foreseen)."""
+        seeds = self.seeds(task)
+        kernels = sum(1 for p in seeds if is_base(p.label, p.origin or p.label, "baseline"))
+        compose, cuda, n = self.config.compose, self.cuda, self.config.samples
+        composed = compositions_at_most(task, kernels, compose, cuda=cuda)
+        composed += self.last_round * compositions_at_most(task, n, compose, cuda=cuda)
+        return len(seeds) + self.last_round * n + composed
 
     def seeds(self, task: Task) -> list[Proposal]:
-        return seed_candidates(task, self.config.baseline_labels, self.seed_set.for_task(task.name))
+        return seed_candidates(
+            task, self.config.baseline_labels, self.seed_set.for_task(task.name), cuda=self.cuda
+        )
+
+    def compositions(self, task: Task, r: int, rows: Sequence[CandidateRow]) -> list[Proposal]:
+        return compositions(task, r, rows, self.config.compose, cuda=self.cuda)
 
     def request(self, task: Task, r: int, rows: Sequence[CandidateRow]) -> RoundRequest:
         assert self.backend is not None
@@ -198,6 +227,7 @@ class Search:
         prov = Provenance(round=0, backend="baseline", run_id=self.run_id)
         store_proposals(self.db, task, self.plan.seeds(task), prov)
         await self._evaluate(task, self.db.pending(task.name))
+        await self._compose(task, 0)
         return self._finish_round(task, 0)
 
     async def _llm_round(self, task: Task, r: int) -> bool:
@@ -221,7 +251,24 @@ class Search:
                 return False
             self._store(task, r, completions, request)
         await self._evaluate(task, self.db.pending(task.name))
+        await self._compose(task, r)
         return self._finish_round(task, r)
+
+    async def _compose(self, task: Task, r: int) -> None:
+        """Round ``r``'s composition step: store what the plan builds from the round's evaluated
+        candidates, evaluate it, and ask again until nothing new is proposed. Proposals a killed
+        session stored already keep their rows; what a budget leaves pending keeps the round
+        unfinished (``_finish_round``), and a resumed run evaluates it, then composes again."""
+        prov = Provenance(round=r, backend=COMPOSE_BACKEND, run_id=self.run_id)
+        known: set[int] = set()
+        while True:
+            proposals = self.plan.compositions(task, r, self.db.evaluated(task.name))
+            new = set(store_proposals(self.db, task, proposals, prov)) - known
+            if not new:
+                return
+            known |= new
+            log.info("%s round %d: composing %s", task.name, r, [p.label for p in proposals])
+            await self._evaluate(task, self.db.pending(task.name))
 
     def _store(self, task: Task, r: int, completions: list[Completion], request: RoundRequest) -> None:
         """A round's replies in one transaction: a kill leaves all of them or none."""
@@ -284,6 +331,12 @@ class Search:
     def _done(self, task: Task) -> int:
         """Samples dealt with so far (evaluated or unparseable): a progress bar's position."""
         return self.db.counts(task.name).dealt_with
+
+
+def _times_on_cuda(config: OptimizeConfig) -> bool:
+    """Whether the run's candidates are timed on a CUDA device (a Ray pool's actors each hold one)."""
+    devices = config.pool.devices or (config.eval.device,)
+    return config.pool.kind == "ray" or any(resolve_device(d) != "cpu" for d in devices)
 
 
 def _chat(messages: list[dict[str, str]]) -> list[Message]:

@@ -61,13 +61,13 @@ def reference_anchor(task: Task) -> str:
 
 
 def seed_candidates(
-    task: Task, labels: Sequence[str] | None, seeds: Sequence[Proposal] = ()
+    task: Task, labels: Sequence[str] | None, seeds: Sequence[Proposal] = (), *, cuda: bool = True
 ) -> list[Proposal]:
-    """Round 0's proposals: the chosen built-in baselines, the ``seeds`` given for the task, then
-    the reference anchor."""
+    """Round 0's proposals: the chosen built-in baselines that apply on a CUDA device (``cuda``)
+    or a CPU, the ``seeds`` given for the task, then the reference anchor."""
     baselines = [
         Proposal(lbl, src, origin=lbl)
-        for lbl, src in baseline_candidates(task)
+        for lbl, src in baseline_candidates(task, cuda=cuda)
         if labels is None or lbl in labels
     ]
     return [*baselines, *seeds, Proposal(REFERENCE_LABEL, reference_anchor(task), origin=REFERENCE_LABEL)]

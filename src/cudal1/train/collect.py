@@ -64,6 +64,9 @@ class CollectPlan:
         """Evaluations a task should see (for progress bars): its seeds and every model's samples."""
         return len(self.seeds(task)) + len(self.models) * self.config.samples
 
+    def compositions(self, task: Task, r: int, rows: Sequence[CandidateRow]) -> list[Proposal]:
+        return []  # collect keeps what the models wrote: a dataset of their kernels, not of wrappers
+
     def request(self, task: Task, r: int, rows: Sequence[CandidateRow]) -> RoundRequest:
         backend = self.models[r - 1]
         llm = self.config.llms[r - 1] if r <= len(self.config.llms) else LLMConfig()

@@ -14,6 +14,9 @@ from typing import Any
 
 from cudal1.schema import Finding, Severity, Stage
 
+# A candidate rejected for this alone gets a repaired twin in the search (search/repair.py).
+GLOBAL_STATE_CHANGED = "global_state_changed"
+
 
 def _finding(code: str, severity: Severity, message: str, evidence: dict[str, Any]) -> Finding:
     return Finding(code, severity, Stage.INTEGRITY, message, evidence)
@@ -89,7 +92,7 @@ def observation_findings(
     if flags:
         found.append(
             _finding(
-                "global_state_changed",
+                GLOBAL_STATE_CHANGED,
                 left_changed,
                 "process-wide torch settings changed (a module should scope them, e.g. with torch.backends.cudnn.flags)",
                 {"changed": flags},
