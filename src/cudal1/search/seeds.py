@@ -180,15 +180,17 @@ def store_round_zero(
     *,
     baselines: bool,
     labels: Sequence[str] | None,
+    cuda: bool = True,
 ) -> None:
     """Round 0 of a stage that has no rounds of its own (GRPO, before its first prompts): tasks
     with no candidate get the built-in baselines ``labels`` and the reference (when
     ``baselines``) with their seeds; every task gets the seeds it does not have yet (a resumed
-    run may be given new ones). Everything is left pending, for the caller to evaluate."""
+    run may be given new ones). Everything is left pending, for the caller to evaluate. ``cuda``: whether candidates
+    are timed on a CUDA device (a CPU gets no CUDA-only baselines)."""
     for task in tasks.values():
         given = seeds.for_task(task.name)
         if baselines and not db.counts(task.name).total:
-            proposals = seed_candidates(task, labels, given)
+            proposals = seed_candidates(task, labels, given, cuda=cuda)
             store_proposals(db, task, proposals, Provenance(backend="baseline", run_id=run_id))
         else:
             store_seeds(db, task, given, run_id)

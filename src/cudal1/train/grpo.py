@@ -189,7 +189,14 @@ def run_grpo(
             "alternate" if gate.shared else "overlap",
         )
         store_round_zero(
-            db, by_name, seeds, run_id, baselines=config.seed_baselines, labels=config.baseline_labels
+            db,
+            by_name,
+            seeds,
+            run_id,
+            baselines=config.seed_baselines,
+            labels=config.baseline_labels,
+            # A Ray pool names no local devices: its actors each time on a GPU.
+            cuda=not pool.devices or any(not d.startswith("cpu") for d in pool.devices),
         )
         _evaluate_pending(db, pool, by_name, gate)
         auditor = RewardAuditor(config.audit, config.reward, judge or make_judge(config.audit), cases, db)
