@@ -88,9 +88,9 @@ def test_load_seeds_reads_a_release_and_names_an_unusable_file(tmp_path: Path) -
 
 def test_round_zero_of_optimize_and_collect_holds_the_seeds(tmp_path: Path) -> None:
     seeds = seeds_for(GELU, kernel(GOOD_SEED))
-    plan = ContrastivePlan(fast_config(tmp_path, baseline_labels=["cudnn-benchmark"]), None, seeds)
+    plan = ContrastivePlan(fast_config(tmp_path, baseline_labels=["torch-compile-default"]), None, seeds)
     labels = [p.label for p in plan.seeds(GELU)]
-    assert labels == ["cudnn-benchmark", "seed:cuda-l1:h100", REFERENCE_LABEL]
+    assert labels == ["torch-compile-default", "seed:cuda-l1:h100", REFERENCE_LABEL]
     assert plan.expected(GELU) == 3
     assert ContrastivePlan(fast_config(tmp_path), None).expected(GELU) == 1  # the reference alone
     collect_plan = CollectPlan(CollectConfig(samples=2), [], seeds)
