@@ -19,7 +19,9 @@ RIGHT = "        return torch.relu(self.lin(x))"
 @pytest.fixture
 def fast_config(fast_config):
     """No test here waits for a timeout: room for worker start-up on a loaded machine."""
-    return fast_config.model_copy(update={"sandbox": fast_config.sandbox.model_copy(update={"call_timeout_s": 60})})
+    return fast_config.model_copy(
+        update={"sandbox": fast_config.sandbox.model_copy(update={"call_timeout_s": 60})}
+    )
 
 
 def _logging_candidate(candidate, log: Path) -> str:
@@ -37,7 +39,12 @@ def test_first_calls_see_inputs_that_no_checked_or_timed_call_sees(task, fast_co
     assert len(set(first)) == 1  # the same inputs, called twice
     assert later and first[0] not in later  # checked, probe and timed calls never get them
     assert "first_calls" in UNHELD_PHASES and result.environment.device_s["first_calls"] > 0
-    assert [s.stage for s in result.stages][:4] == [Stage.STATIC, Stage.COMPILE, Stage.LOAD, Stage.CORRECTNESS]
+    assert [s.stage for s in result.stages][:4] == [
+        Stage.STATIC,
+        Stage.COMPILE,
+        Stage.LOAD,
+        Stage.CORRECTNESS,
+    ]
 
 
 def test_a_slow_first_call_neither_holds_the_device_nor_runs_while_a_pair_is_sampled(
