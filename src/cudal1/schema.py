@@ -30,6 +30,24 @@ LAUNCH_BOUND_MS = 0.1
 LAUNCH_BOUND_FACTOR = 10.0
 TimingStopReason = Literal["precision", "max_samples", "budget", "output_check_failed"]
 
+# The phases whose seconds ``Environment.device_s`` keeps (``eval.record.EvaluationRecord.phase``).
+# "first_calls" (the candidate's untimed first forward calls, where lazy builds happen) runs
+# before the device lock is taken, beside other evaluations' work; every other phase holds the
+# device: correctness (the reference's build, the checked sets, the perturbation) and timing (its
+# inputs, the sampling, speed of light, and the probes that run after it).
+DevicePhase = Literal[
+    "first_calls",
+    "reference_build",
+    "check_inputs",
+    "check_calls",
+    "perturbation",
+    "timing_inputs",
+    "sampling",
+    "speed_of_light",
+    "late_probes",
+]
+UNHELD_PHASES: frozenset[DevicePhase] = frozenset({"first_calls"})
+
 
 def source_hash(source: str) -> str:
     """Content address of a source text (sha256, hex)."""
@@ -263,7 +281,8 @@ class PoolPlacement:
 @dataclass(frozen=True)
 class Environment:
     """Facts about how a result was obtained, none of them part of the verdict: the reference
-    worker's software and device, the evaluation's seed, where its device time went, what went
+    worker's software and device, the evaluation's seed, where its device time went (``device_s``,
+    keyed by ``DevicePhase``), what went
     wrong on the trusted side, and (``pool``) where a pool ran it.
 
     Built by the evaluator (``eval/record.py``); a pool that adds facts afterwards (a retry, a
@@ -278,7 +297,7 @@ class Environment:
     gpu: str | None = None  # the device's name (None on CPU)
     arch: str | None = None  # CUDA compute capability, "9.0"
     seed: int | None = None  # the base of the evaluation's input seeds
-    device_s: Mapping[str, float] = field(default_factory=dict)  # seconds per device-held phase
+    device_s: Mapping[str, float] = field(default_factory=dict)  # seconds per ``DevicePhase``
     workers_paused_while_timed: int | None = None  # by the quiet window (``eval/quiet.py``)
     float64_error: str | None = None  # why the reference's float64 twin could not run
     sol_error: str | None = None  # why no speed-of-light figure

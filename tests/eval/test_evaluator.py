@@ -40,16 +40,28 @@ def test_right_candidate_passes_every_stage(task, fast_config, candidate):
 
 
 def test_segfault_costs_only_the_candidate(task, fast_config, candidate):
+    """The first call crashes, before the device is taken: a load failure, the candidate's."""
     src = candidate("        import ctypes\n        ctypes.string_at(0)\n        return x")
     result = _eval(task, src, fast_config)
-    assert result.failed_stage is Stage.CORRECTNESS
+    assert result.failed_stage is Stage.LOAD
     assert "SIGSEGV" in result.error
     assert not result.ok and result.speedup is None
 
 
 def test_hang_is_killed_after_the_timeout(task, fast_config, candidate):
+    """A first call that never returns gets the compile's time limit (it may be a long build)."""
     src = candidate("        while True:\n            pass")
-    result = _eval(task, src, fast_config)
+    cfg = fast_config.model_copy(
+        update={"sandbox": fast_config.sandbox.model_copy(update={"import_timeout_s": 3})}
+    )
+    result = _eval(task, src, cfg)
+    assert result.failed_stage is Stage.LOAD
+    assert "timed out" in result.error and "first_calls" in result.error
+
+
+def test_without_first_calls_a_hang_is_a_correctness_failure(task, fast_config, candidate):
+    src = candidate("        while True:\n            pass")
+    result = _eval(task, src, fast_config.model_copy(update={"first_calls": 0}))
     assert result.failed_stage is Stage.CORRECTNESS
     assert "timed out" in result.error
 
@@ -66,8 +78,16 @@ def test_hang_at_import_is_a_compile_failure(task, fast_config):
 
 def test_exception_in_forward_is_reported_with_its_message(task, fast_config, candidate):
     result = _eval(task, candidate("        raise ValueError('boom from forward')"), fast_config)
+    assert result.failed_stage is Stage.LOAD
+    assert "first call (before the checked calls) failed: ValueError: boom from forward" in result.error
+
+
+def test_without_first_calls_a_forward_failure_is_a_correctness_failure(task, fast_config, candidate):
+    cfg = fast_config.model_copy(update={"first_calls": 0})
+    result = _eval(task, candidate("        raise ValueError('boom from forward')"), cfg)
     assert result.failed_stage is Stage.CORRECTNESS
     assert "ValueError: boom from forward" in result.error
+    assert "first_calls" not in result.environment.device_s
 
 
 def test_wrong_shape_is_named(task, fast_config, candidate):

@@ -199,6 +199,14 @@ class EvalConfig(StrictConfig):
     device: Device = Field("auto", description="auto | cpu | cuda | cuda:N")
     correctness_trials: int = Field(5, ge=1, description="fresh input sets checked before timing")
     timing_input_sets: int = Field(3, ge=1, description="input sets rotated through timed calls")
+    first_calls: int = Field(
+        2,
+        ge=0,
+        description="untimed, unchecked forward calls of the candidate on inputs of its own before "
+        "the device is taken, so that torch.compile builds, Triton autotuning and CUDA-graph "
+        "capture do not hold the device while other candidates wait (0: off; the second call is "
+        "where reduce-overhead captures its graph)",
+    )
     tolerance: ToleranceConfig = ToleranceConfig()
     timing: TimingConfig = TimingConfig()
     sandbox: SandboxConfig = SandboxConfig()

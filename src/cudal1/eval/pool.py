@@ -2,13 +2,20 @@
 device times one candidate at a time, warm spare workers hide interpreter start-up, and results
 stream back as they finish.
 
-Phases per request: static checks (this process) -> a spare worker imports the candidate and
-builds ModelNew on its assigned device (CPU-bound work such as load_inline builds, in parallel
-across requests) -> the device lock is taken -> correctness and timing alternate between the
-candidate worker and the task's reference worker -> the candidate worker is killed (it ran
-untrusted code); the reference worker stays for the task's next candidate. Only the checked and
-timed calls hold a device: on the CUDA-L1 release, where many kernels compile in ``__init__``,
-holding it through the build left the GPU idle most of the time.
+Phases per request: static checks (this process) -> a spare worker imports the candidate, builds
+ModelNew on its assigned device and makes its first, unchecked calls (CPU-bound work such as
+load_inline builds, and the lazy builds of a first call: torch.compile, Triton autotuning, CUDA
+graph capture; in parallel across requests, inside the memory admission gate) -> the device lock
+is taken -> correctness and timing alternate between the candidate worker and the task's
+reference worker -> the candidate worker is killed (it ran untrusted code); the reference worker
+stays for the task's next candidate. Only the checked and timed calls hold a device: on the
+CUDA-L1 release, where many kernels compile in ``__init__``, holding it through the build left
+the GPU idle most of the time, and a max-autotune build at the first checked call held the only
+GPU for a minute. Until the device lock is taken a candidate's worker counts as loading, so the
+quiet windows stop it while another pair is sampled. A task's reference worker is held (its
+lock) only while it loads, while it hands out init inputs that vary with the seed, and for the
+checked and timed part: a candidate of a task builds while another of the same task is timed.
+How many requests are in each of these states is ``activity()`` (what a benchmark samples).
 
 CPU placement (the rules are ``devices.split_cpus``'s): when the machine has cores to spare, each
 device's timed pair gets a physical core of its own (both sides on it, one after the other), and
@@ -30,8 +37,9 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Protocol, Self
+from typing import Literal, Protocol, Self, get_args
 
 from cudal1.config import EvalConfig
 from cudal1.eval.admission import USABLE, DeviceGate, expected_need
@@ -106,6 +114,35 @@ class SparePool:
                 self._ready.get_nowait().close()
             except queue.Empty:
                 return
+
+
+# What one of the pool's evaluations is doing: working off the device (static checks, the
+# compile, ModelNew, the first calls), waiting (for memory admission or the device lock), or
+# holding the device (correctness and timing).
+PoolState = Literal["building", "waiting", "on_device"]
+POOL_STATES: tuple[PoolState, ...] = get_args(PoolState)
+
+
+class Activity:
+    """How many of a pool's evaluations are in each ``PoolState`` now."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts = dict.fromkeys(POOL_STATES, 0)
+
+    @contextmanager
+    def state(self, state: PoolState) -> Iterator[None]:
+        with self._lock:
+            self._counts[state] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._counts[state] -= 1
+
+    def snapshot(self) -> dict[PoolState, int]:
+        with self._lock:
+            return dict(self._counts)
 
 
 class Pool(Protocol):
@@ -189,6 +226,7 @@ class EvalPool(StreamingPool):
         self._peaks: dict[str, int] = {}  # a task's reference peak device memory, by task hash
         self._workers = workers
         self._quiet = QuietWindows()
+        self._activity = Activity()
         self._spares = SparePool(config, spares, self._general_cpus, self._quiet)
         # The pool's own threads (they talk to the workers and build nothing) keep off the timing
         # cores too; the caller's threads stay where the caller put them.
@@ -204,6 +242,10 @@ class EvalPool(StreamingPool):
     @property
     def capacity(self) -> int:
         return self._workers
+
+    def activity(self) -> dict[PoolState, int]:
+        """Evaluations in each state now: busy ones build or hold a device, the others wait."""
+        return self._activity.snapshot()
 
     def device_counts(self) -> dict[str, int]:
         """Evaluations that reached each device so far (a balance check for several devices)."""
@@ -242,23 +284,15 @@ class EvalPool(StreamingPool):
 
     def _run_once(self, task: Task, source: str, *, exclusive: bool) -> EvalResult:
         ev = Evaluation(task, source, self.config, self.devices[0])
-        ev.run_static()
-        if ev.failed:
+        with self._activity.state("building"):
+            env = self._prepare(ev)
+        if env is None:
             return ev.result()
-        # Reference info (torch, CUDA, arch) keys the build cache; any device's worker will do.
-        probe = self._reference(task, self.devices[0])
-        try:
-            if not ev.attach_reference(probe):
-                self._drop_reference(probe)
-                return ev.result()
-            env, hit = build_env(source, probe, self.build_cache)
-        finally:
-            self._done_with(probe)
-        ev.record.note(build_cache_hit=hit)
         cand = self._spares.take()
         self._quiet.enter_loading(cand)
         try:
-            ev.run_compile(cand, env)
+            with self._activity.state("building"):
+                ev.run_compile(cand, env)
             if not ev.failed:
                 self._on_device(ev, task, cand, exclusive)
         finally:
@@ -266,6 +300,24 @@ class EvalPool(StreamingPool):
             if not cand.closed:
                 self._quiet.close_outside_windows(cand)
         return ev.result()
+
+    def _prepare(self, ev: Evaluation) -> dict[str, str] | None:
+        """Static checks and the task's reference; the candidate's build environment, or None
+        when the evaluation already failed."""
+        ev.run_static()
+        if ev.failed:
+            return None
+        # Reference info (torch, CUDA, arch) keys the build cache; any device's worker will do.
+        probe = self._reference(ev.task, self.devices[0])
+        try:
+            if not ev.attach_reference(probe):
+                self._drop_reference(probe)
+                return None
+            env, hit = build_env(ev.source, probe, self.build_cache)
+        finally:
+            self._done_with(probe)
+        ev.record.note(build_cache_hit=hit)
+        return env
 
     def _on_device(self, ev: Evaluation, task: Task, cand: WorkerProcess, exclusive: bool) -> None:
         device = self._assign()
@@ -277,8 +329,11 @@ class EvalPool(StreamingPool):
                 return
             gate = self._gate(device, ref)
             need = expected_need(self._peaks.get(task.hash), gate.capacity, self._workers)
-            with gate.admit(need, exclusive=exclusive):
-                ev.run_load()
+            with ExitStack() as admitted:
+                with self._activity.state("waiting"):
+                    admitted.enter_context(gate.admit(need, exclusive=exclusive))
+                with self._activity.state("building"):
+                    ev.run_load()  # ModelNew and its first calls: lazy builds hold no device
                 if not ev.failed:
                     self._check_and_time(ev, ref, device)
                 # Its device memory goes back before the next evaluation is admitted.
@@ -293,7 +348,11 @@ class EvalPool(StreamingPool):
                 ev.record.note(pool=dataclasses.replace(placement, device_counts=dict(self._timed)))
 
     def _check_and_time(self, ev: Evaluation, ref: ReferenceWorker, device: str) -> None:
-        with self._device_locks[device], ref.lock:
+        with ExitStack() as held:
+            with self._activity.state("waiting"):
+                held.enter_context(self._device_locks[device])
+                held.enter_context(ref.lock)
+            held.enter_context(self._activity.state("on_device"))
             if ev.cand is not None:
                 self._quiet.leave_loading(ev.cand)
                 if self.config.timing.pause_others:

@@ -1,7 +1,8 @@
 """Quiet windows: while a pair is sampled, the pool's other candidate workers stand still.
 
-A worker that imports a candidate, runs nvcc for its ``load_inline`` or builds its ModelNew on the
-GPU does so beside the pair being timed. Its GPU work time-slices with the timed kernels, and its
+A worker that imports a candidate, runs nvcc for its ``load_inline``, builds its ModelNew or makes
+its first calls (torch.compile builds, Triton autotuning, CUDA-graph capture) on the GPU does so
+beside the pair being timed. Its GPU work time-slices with the timed kernels, and its
 compilers load the host that launches them; either can slow whichever side happens to be running.
 (On the H100 this was not the main cause of the loaded batch's A-vs-A scatter: with the windows
 alone a launch-bound pair still read 1.31x, from the two sides' cores and processes launching at
@@ -75,7 +76,7 @@ class QuietWindows:
         self._close_wait_s = close_wait_s
 
     def enter_loading(self, worker: Pausable) -> None:
-        """``worker`` now imports, builds or loads a candidate outside any device lock."""
+        """``worker`` now imports, builds, loads or first calls a candidate outside any device lock."""
         with self._cond:
             self._loading.append(worker)
             for stopped in self._windows:  # a window open now stops it too

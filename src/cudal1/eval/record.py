@@ -1,7 +1,7 @@
 """What one evaluation has found so far, and the frozen ``EvalResult`` it makes at the end.
 
 The stages record themselves here as they run (``stage``: passed, or failed with the reason and
-whose failure it was), the device-held phases their seconds (``phase``), the checks their
+whose failure it was), the phases that work on the device their seconds (``phase``), the checks their
 findings, and everyone their environment facts (``note``). The result is assembled once, by
 ``result``; what a pool learns afterwards goes on a copy (``EvalResult.with_environment``).
 """
@@ -21,6 +21,7 @@ from cudal1.eval.process.sandbox import RemoteError, WorkerError
 from cudal1.eval.workers import is_resource_error
 from cudal1.schema import (
     Correctness,
+    DevicePhase,
     Environment,
     EvalResult,
     Finding,
@@ -81,9 +82,9 @@ class EvaluationRecord:
         self.stages.append(StageRecord(stage, ok, round(time.perf_counter() - start, 4), message.strip()))
 
     @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """Seconds per phase of the device-held part, in ``environment.device_s``: what a
-        throughput figure is made of."""
+    def phase(self, name: DevicePhase) -> Iterator[None]:
+        """Seconds per phase that works on the device, in ``environment.device_s``: what a
+        throughput figure is made of (``schema.DevicePhase`` says which phases hold it)."""
         start = time.perf_counter()
         try:
             yield

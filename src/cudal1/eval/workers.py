@@ -2,8 +2,9 @@
 endpoint over any worker, and the per-candidate build environment.
 
 A reference worker (``reference_process``) is trusted: it imports only the task and serves every
-evaluation of that task, one at a time under its lock. A failure of one of its commands is the
-task's (``StageFailed`` with ``reference=True``), never the candidate's.
+evaluation of that task, one at a time under its lock (init inputs that no seed changes are
+served without it: ``ReferenceWorker.init_args``). A failure of one of its commands is the task's
+(``StageFailed`` with ``reference=True``), never the candidate's.
 """
 
 from __future__ import annotations
@@ -42,8 +43,15 @@ class ReferenceWorker:
         self.error: str | None = None
         self.users = 0  # evaluations holding it (the pool closes idle ones beyond its cap)
         self._loaded = False
+        self._fixed_init: list[Any] | None = None  # init inputs no seed changes (``init_args``)
+        self._init_checked = False
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded
 
     def ensure_loaded(self) -> None:
+        """Start the worker on the task (once; the caller holds ``lock``)."""
         if self._loaded:
             return
         try:
@@ -72,6 +80,23 @@ class ReferenceWorker:
             return self.process.request(cmd, **args)
         except RemoteError as exc:
             raise StageFailed(cmd.stage, f"reference failed in {cmd.value}: {exc}", reference=True) from None
+
+    def init_args(self, seed: int) -> list[Any]:
+        """The task's init inputs under ``seed``, from the reference (a candidate's worker never
+        makes them). Most tasks' are plain numbers that no seed changes: once two seeds gave the
+        same plain values, they are served from here without the lock, so that a candidate of
+        the task builds while another holds the reference for its checks and timing (the lock
+        is held for the whole of those, and a build used to wait for it)."""
+        if self._fixed_init is not None:
+            return list(self._fixed_init)
+        with self.lock:
+            args = list(self.request(Command.INIT_INPUTS, seed=seed)["args"])
+            if not self._init_checked and _plain(args):
+                self._init_checked = True  # asked once: init inputs that vary are fetched every time
+                other = list(self.request(Command.INIT_INPUTS, seed=seed ^ 1)["args"])
+                if other == args:
+                    self._fixed_init = args
+        return list(args)
 
     def release(self) -> int | None:
         """After an evaluation: the worker drops everything but the task; its peak device memory."""
@@ -139,6 +164,15 @@ class WorkerEndpoint:
 
     def digests(self) -> list[Any]:
         return list(self.process.receive(Command.TIME)["digest"])
+
+
+def _plain(value: Any) -> bool:
+    """Numbers, strings, booleans and None, in lists and dicts: values with no tensor among them."""
+    if isinstance(value, list | tuple):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return value is None or isinstance(value, bool | int | float | str)
 
 
 _RESOURCE = re.compile(

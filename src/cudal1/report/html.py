@@ -31,7 +31,9 @@ kernel passed every correctness and integrity check; <b>&gt;1.01x</b>: tasks imp
 them. Mean, max and percentiles are over the correct tasks. <b>Over a baseline</b>: the kept kernel's
 time against that baseline's (torch.compile, CUDA graph, cuDNN flags), measured beside it.
 <b>% of SOL</b>: the physical floor of the task (bytes moved over bandwidth, FLOPs over peak) as a
-percentage of the kernel's time.</p>
+percentage of the kernel's time. <b>Throughput</b>: a run's evaluations per device-hour of its wall
+time, the share of that time its devices were held for checks and timing, and where its evaluations'
+seconds went (builds and first calls run beside other evaluations, off the device).</p>
 """
 
 

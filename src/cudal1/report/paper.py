@@ -17,7 +17,9 @@ The numbers, as the CUDA-L1 paper reports them (arXiv 2507.14111; shared/researc
   and they are never reported as what their names say;
 - speed of light: the kept kernel's time against the device's physical floor (percent);
 - cost: LLM calls, tokens and dollars from the run's ledger; seconds the timing device (a GPU, or
-  the CPU) was held.
+  the CPU) was held;
+- throughput: a run's evaluations per device-hour, the share of wall time its devices were held,
+  and its seconds by part (build, first calls, correctness, timing; ``run.throughput``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from typing import Any
 from cudal1.report.runs import FASTER, fmt_x
 from cudal1.report.tables import Cell, Col, TableSpec
 from cudal1.run.records import RunRecord, TaskRecord
-from cudal1.run.selection import REFERENCE_LABEL, device_held_seconds
+from cudal1.run.selection import PARTS, REFERENCE_LABEL, device_held_seconds
+from cudal1.run.throughput import Throughput
 from cudal1.schema import EvalResult
 from cudal1.search.transforms import cuda_only
 
@@ -99,6 +102,7 @@ class Cost:
     cost_usd: float = 0.0
     gpu_seconds: float = 0.0
     wall_s: float = 0.0
+    throughput: Throughput | None = None  # a run's (``run.throughput``); None for a verify report
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,7 @@ def run_source(run: RunRecord) -> Source:
         cost_usd=float(run.ledger["cost_usd"]),
         gpu_seconds=run.gpu_seconds,
         wall_s=run.wall_s,
+        throughput=run.throughput,
     )
     return Source(entries, cost)
 
@@ -374,6 +379,44 @@ def cost_table(sources: Sequence[Source]) -> TableSpec:
     )
 
 
+def throughput_table(sources: Sequence[Source]) -> TableSpec | None:
+    """Each run's evaluations per device-hour, the share of wall time its devices were held, and
+    where its evaluations' seconds went (``run.throughput``); None without a run."""
+    runs = [(s.cost, s.cost.throughput) for s in sources if s.cost.throughput is not None]
+    if not runs:
+        return None
+    rows = tuple(
+        (
+            c.source, str(t.evaluations), str(t.devices), _count(t.per_device_hour),
+            _count(None if t.held_share is None else 100 * t.held_share),
+            *(f"{t.part_s.get(part, 0.0):.0f}" for part in PARTS),
+        )
+        for c, t in runs
+    )  # fmt: skip
+    columns = (
+        Col("run", wrap=True),
+        Col("evaluations", "evals", right=True),
+        Col("devices", "dev", drop=3, right=True),
+        Col("per device-hour", "/dev-h", right=True),
+        Col("held %", "held", right=True),
+        Col("build s", "build", drop=2, right=True),
+        Col("first calls s", "first", drop=2, right=True),
+        Col("correctness s", "check", drop=1, right=True),
+        Col("timing s", "time", drop=1, right=True),
+    )
+    return TableSpec(
+        "throughput",
+        columns,
+        rows,
+        caption="per device-hour: evaluations / (wall hours x devices); held: the devices' wall time "
+        "spent checking and timing; build and first calls run beside others, off the device lock",
+    )
+
+
+def _count(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
 def report_tables(sources: Sequence[Source]) -> list[TableSpec]:
     """Every table of the report, in reading order."""
     entries = [e for s in sources for e in s.entries]
@@ -385,7 +428,8 @@ def report_tables(sources: Sequence[Source]) -> list[TableSpec]:
     ]
     portability = portability_table(entries)
     tables += [portability] if portability is not None else []
-    return [*tables, task_table(entries), cost_table(sources)]
+    throughput = throughput_table(sources)
+    return [*tables, task_table(entries), cost_table(sources), *([throughput] if throughput else [])]
 
 
 def report_data(sources: Sequence[Source]) -> dict[str, Any]:
@@ -402,6 +446,22 @@ def report_data(sources: Sequence[Source]) -> dict[str, Any]:
     return {
         "stats": stats,
         "entries": [e.__dict__ for e in entries],
-        "costs": [s.cost.__dict__ for s in sources],
+        "costs": [_cost_data(s.cost) for s in sources],
         "tables": [t.to_dict() for t in report_tables(sources)],
     }
+
+
+def _cost_data(cost: Cost) -> dict[str, Any]:
+    data = {k: v for k, v in cost.__dict__.items() if k != "throughput"}
+    t = cost.throughput
+    if t is not None:
+        data["throughput"] = {
+            "evaluations": t.evaluations,
+            "devices": t.devices,
+            "wall_s": t.wall_s,
+            "held_s": t.held_s,
+            "per_device_hour": t.per_device_hour,
+            "held_share": t.held_share,
+            "seconds_by_part": dict(t.part_s),
+        }
+    return data

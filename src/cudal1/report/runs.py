@@ -18,7 +18,7 @@ from rich.text import Text
 
 from cudal1.report.tables import Cell, Col, TableSpec, to_markdown, to_rich
 from cudal1.run.records import RunRecord, TaskRecord
-from cudal1.run.selection import REFERENCE_LABEL
+from cudal1.run.selection import PARTS, REFERENCE_LABEL
 from cudal1.schema import EvalResult
 
 # The paper counts a task as improved above 1.01x (shared/research/cuda-l1-method.md).
@@ -77,6 +77,12 @@ class RunSummary:
     stop_reason: str | None
     complete: bool
     tasks: tuple[TaskSummary, ...]
+    # Throughput (``run.throughput``): every stored evaluation, final re-evaluations included.
+    evaluations: int = 0
+    devices: int = 1
+    evaluations_per_device_hour: float | None = None
+    device_held_share: float | None = None  # of the devices' wall time
+    seconds_by_part: dict[str, float] = dataclasses.field(default_factory=dict)  # ``selection.Part``
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -142,6 +148,11 @@ def summarize_run(run: RunRecord) -> RunSummary:
         stop_reason=run.stop_reason,
         complete=run.complete,
         tasks=tuple(rows),
+        evaluations=run.throughput.evaluations,
+        devices=run.throughput.devices,
+        evaluations_per_device_hour=run.throughput.per_device_hour,
+        device_held_share=run.throughput.held_share,
+        seconds_by_part={str(k): v for k, v in run.throughput.part_s.items()},
     )
 
 
@@ -197,7 +208,30 @@ def render_run_header(s: RunSummary) -> Table:
         f" ${s.cost_usd:.2f}",
     )
     grid.add_row("time", f"{s.wall_s:.0f} s wall, {s.gpu_seconds:.0f} s on the timing device")
+    grid.add_row("throughput", throughput_line(s))
+    grid.add_row("seconds", parts_line(s))
     return grid
+
+
+def throughput_line(s: RunSummary) -> str:
+    """Evaluations per device-hour and the devices' held share, in one line of about 60 columns."""
+    unit = "GPU" if s.gpu else "device"
+    rate = s.evaluations_per_device_hour
+    line = f"{s.evaluations} evaluations on {s.devices} {unit}{'' if s.devices == 1 else 's'}"
+    if rate is not None:
+        line += f", {rate:.0f} per {unit}-hour"
+    if s.device_held_share is not None:
+        line += f"; held {100 * s.device_held_share:.0f}% of the wall time"
+    return line
+
+
+def parts_line(s: RunSummary) -> str:
+    """Where the evaluations' seconds went: off the device lock, then holding it."""
+    part = {name: s.seconds_by_part.get(name, 0.0) for name in PARTS}
+    return (
+        f"build {part['build']:.0f}, first calls {part['first calls']:.0f} (beside others); "
+        f"correctness {part['correctness']:.0f}, timing {part['timing']:.0f} (device held)"
+    )
 
 
 # Dropped first at narrow widths: counts, then times, then the variant a slow task tried, then
@@ -280,6 +314,7 @@ def render_run_markdown(s: RunSummary) -> str:
         f"{'complete' if s.complete else 'incomplete'}; {s.wall_s:.0f} s wall, "
         f"{s.gpu_seconds:.0f} s on the timing device; LLM {s.llm_calls} calls, {tokens:,} tokens, "
         f"${s.cost_usd:.2f}\n\n"
+        f"throughput: {throughput_line(s)}; seconds: {parts_line(s)}\n\n"
     )
     origins = "".join(f"- {line}\n" for line in origin_lines(s))
     return (

@@ -15,7 +15,8 @@ from typing import Any
 from cudal1.config import OptimizeConfig
 from cudal1.run.database import CandidateDB, CandidateRow, TaskCounts
 from cudal1.run.directory import RunDirectory, final_record, stored_tasks
-from cudal1.run.selection import beats_reference, choose_best, device_held_seconds
+from cudal1.run.selection import beats_reference, choose_best
+from cudal1.run.throughput import Throughput, run_throughput
 from cudal1.schema import EvalResult
 
 
@@ -61,6 +62,7 @@ class RunRecord:
     stop_reason: str | None
     complete: bool
     tasks: tuple[TaskRecord, ...]
+    throughput: Throughput  # over every stored result, final re-evaluations included
 
 
 def load_run(path: Path) -> RunRecord:
@@ -76,20 +78,20 @@ def read_run(run: RunDirectory, db: CandidateDB, config: OptimizeConfig) -> RunR
     stored = stored_tasks(db)
     tasks = task_records(db)
     finals = [f[1] for name in stored if (f := final_record(db, name)) is not None]
-    gpu_seconds = sum(
-        device_held_seconds(r.result) for name in stored for r in db.evaluated(name) if r.result
-    )
-    gpu_seconds += sum(device_held_seconds(r) for r in finals)
+    results = [r.result for name in stored for r in db.evaluated(name) if r.result] + finals
+    wall_s = float(db.get_meta("wall_s") or 0.0)
+    throughput = run_throughput(results, wall_s)
     return RunRecord(
         run_dir=run.path,
         config=config,
         llm=db.get_meta("llm") or config.llm.spec,
         ledger=run.ledger_totals(),
-        gpu_seconds=gpu_seconds,
-        wall_s=float(db.get_meta("wall_s") or 0.0),
+        gpu_seconds=throughput.held_s,
+        wall_s=wall_s,
         stop_reason=db.get_meta("stop_reason") or None,
         complete=db.get_meta("complete") == "1",
         tasks=tasks,
+        throughput=throughput,
     )
 
 

@@ -1,6 +1,7 @@
 """What a run's stored results say, read the same way by every stage and report: the reference
 anchor's label, which candidate a task keeps (``choose_best``), whether it is worth recommending
-(``beats_reference``), how long a result held the timing device, and why a result is not ok.
+(``beats_reference``), how long a result held the timing device and where its seconds went
+(``phase_seconds``), and why a result is not ok.
 
 Pure functions over ``CandidateRow`` and ``EvalResult``: the search, the training stages and the
 reports decide with these, so a run's kept kernel is the same whoever reads the run.
@@ -9,9 +10,10 @@ reports decide with these, so a run's kept kernel is the same whoever reads the 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal, cast, get_args
 
 from cudal1.run.database import CandidateRow
-from cudal1.schema import EvalResult, Severity, Stage
+from cudal1.schema import UNHELD_PHASES, DevicePhase, EvalResult, Severity, Stage
 
 # The task's own program evaluated as a candidate: an A-vs-A measurement whose speedup should be 1.0.
 REFERENCE_LABEL = "reference"
@@ -26,11 +28,45 @@ def device_seconds(result: EvalResult) -> float:
 
 def device_held_seconds(result: EvalResult) -> float:
     """Seconds a result held the timing device: the evaluator's phases (``environment.device_s``)
-    where it recorded them, else its device stages (``device_seconds``)."""
+    that hold it, where it recorded them, else its device stages (``device_seconds``)."""
     phases = result.environment.device_s
     if phases:
-        return float(sum(phases.values()))
+        return float(sum(s for name, s in phases.items() if name not in UNHELD_PHASES))
     return device_seconds(result)
+
+
+# Where an evaluation's seconds go, for a throughput figure: its build (import, load_inline,
+# ModelNew) and first calls run beside other evaluations; correctness and timing hold the device.
+Part = Literal["build", "first calls", "correctness", "timing"]
+PARTS: tuple[Part, ...] = get_args(Part)
+PHASE_PART: dict[DevicePhase, Part] = {
+    "first_calls": "first calls",
+    "reference_build": "correctness",
+    "check_inputs": "correctness",
+    "check_calls": "correctness",
+    "perturbation": "correctness",
+    "timing_inputs": "timing",
+    "sampling": "timing",
+    "speed_of_light": "timing",
+    "late_probes": "timing",
+}
+
+
+def phase_seconds(result: EvalResult) -> dict[Part, float]:
+    """A result's seconds by part: the build from its compile and load stages (less the first
+    calls, which the load stage holds), the rest from ``environment.device_s``; from the
+    correctness and timing stages for a result that recorded no phases."""
+    phases = result.environment.device_s
+    stages = {stage: sum(s.seconds for s in result.stages if s.stage is stage) for stage in Stage}
+    parts = dict.fromkeys(PARTS, 0.0)
+    for name, seconds in phases.items():
+        parts[PHASE_PART.get(cast(DevicePhase, name), "timing")] += (
+            seconds  # an unknown phase holds the device
+        )
+    if not phases:
+        parts["correctness"], parts["timing"] = stages[Stage.CORRECTNESS], stages[Stage.TIMING]
+    parts["build"] = max(0.0, stages[Stage.COMPILE] + stages[Stage.LOAD] - parts["first calls"])
+    return parts
 
 
 def choose_best(rows: Sequence[CandidateRow]) -> CandidateRow | None:

@@ -21,7 +21,8 @@ pass). Only then is the round finished.
 Concurrency: every task runs as its own asyncio task, so one task's LLM call overlaps another
 task's evaluations; evaluations are pool futures awaited through ``asyncio.wrap_future``, at
 most ``pool.capacity`` in flight so that a budget stops the run promptly instead of after a
-queue drains. A task's rounds are sequential: a round's prompt needs the previous round's numbers.
+queue drains. A freed slot goes to the waiting task with the fewest evaluations in flight
+(``slots.TaskSlots``), not to whichever task queued first: the slots spread over the tasks. A task's rounds are sequential: a round's prompt needs the previous round's numbers.
 
 Resume: the database is the state. A task first evaluates whatever is stored but pending
 (samples of a round that was killed mid-evaluation), then continues at ``rounds_done``; a round
@@ -55,6 +56,7 @@ from cudal1.search.lifecycle import Proposal, evaluate_and_record, store_proposa
 from cudal1.search.prompts import prompt_hash, render_contrastive_prompt, render_generation_prompt
 from cudal1.search.proposer import COMPOSE_BACKEND, compositions, compositions_at_most, is_base
 from cudal1.search.seeds import SeedSet, seed_candidates
+from cudal1.search.slots import TaskSlots
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +190,7 @@ class Search:
     ) -> None:
         self.db, self.pool, self.plan, self.budget = db, pool, plan, budget
         self.progress, self.run_id = progress, run_id
-        self._slots: asyncio.Semaphore | None = None
+        self._slots: TaskSlots | None = None
         self._reported: set[str] = set()
 
     def _exhausted(self, *, llm: bool) -> bool:
@@ -201,7 +203,7 @@ class Search:
         return reason is not None
 
     async def run(self, tasks: Sequence[Task]) -> None:
-        self._slots = asyncio.Semaphore(self.pool.capacity)
+        self._slots = TaskSlots(self.pool.capacity)
         try:
             async with asyncio.TaskGroup() as group:
                 for task in tasks:
@@ -317,7 +319,7 @@ class Search:
 
     async def _evaluate_one(self, task: Task, row: CandidateRow) -> None:
         assert self._slots is not None
-        async with self._slots:
+        async with self._slots.slot(task.name):
             if self._exhausted(llm=False):
                 return
             result = await evaluate_and_record(self.pool, self.db, task, row)

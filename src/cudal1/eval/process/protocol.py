@@ -26,6 +26,7 @@ class Command(StrEnum):
     INIT_INPUTS = "init_inputs"
     MAKE_INPUTS = "make_inputs"
     BUILD = "build"
+    FIRST_CALLS = "first_calls"
     RUN = "run"
     PERTURB = "perturb"
     SET_WEIGHTS = "set_weights"
@@ -68,6 +69,8 @@ _SPEC: dict[Command, tuple[frozenset[Role], Stage]] = {
     Command.INIT_INPUTS: (_REF, Stage.LOAD),
     Command.MAKE_INPUTS: (_BOTH, Stage.CORRECTNESS),
     Command.BUILD: (_BOTH, Stage.LOAD),
+    # The candidate's first forward calls, before the device is held (``CandidateServer.first_calls``).
+    Command.FIRST_CALLS: (_CAND, Stage.LOAD),
     Command.RUN: (_BOTH, Stage.CORRECTNESS),
     Command.PERTURB: (_BOTH, Stage.CORRECTNESS),
     Command.SET_WEIGHTS: (_BOTH, Stage.CORRECTNESS),

@@ -324,6 +324,7 @@ class CandidateServer(WorkerServer):
         return {
             **super().handlers(),
             Command.LOAD_CANDIDATE: self.load_candidate,
+            Command.FIRST_CALLS: self.first_calls,
             Command.RUN: self.run,
             Command.FETCH_LAST: lambda: {"outputs": describe(self.last_output)},
         }
@@ -345,6 +346,20 @@ class CandidateServer(WorkerServer):
 
     def built(self, model: Any) -> dict[str, Any]:
         return {"side_streams": state.side_streams(self.candidate, model)}
+
+    def first_calls(self, seed: int, calls: int) -> dict[str, Any]:
+        """``calls`` forward calls on inputs of its own from ``seed`` (a seed no checked or timed
+        set uses), outputs dropped: what a first call builds lazily (torch.compile, Triton
+        autotuning, CUDA-graph capture) is built here, before the evaluator takes the device.
+        Nothing of these calls is compared or timed; each is synchronised, so that no work of
+        theirs is still queued when the checked calls begin."""
+        torch.manual_seed(seed)
+        inputs = [to_device(x, self.device) for x in self.module.get_inputs()]
+        with torch.no_grad():
+            for _ in range(calls):
+                self.model(*inputs)
+                sync(self.device)
+        return {}
 
     def run(
         self, key: str, slot: str = "main", poison: list[int] | None = None, fresh: bool = True
