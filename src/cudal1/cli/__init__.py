@@ -2,8 +2,8 @@
 maps the outcome to an exit code (codes, consoles and errors: ``cli.common``).
 
 One module per command: ``tasks`` (``tasks list``), ``eval_cmd`` (``eval``), ``verify``,
-``optimize``, ``runs`` (``runs show``), ``export``, ``report``, ``collect``, ``dataset`` (``dataset export``) and
-``train`` (``train sft|selfsup|grpo``); long commands show progress through ``cli.progress``.
+``optimize``, ``runs`` (``runs show``), ``export``, ``report``, ``collect``, ``dataset``
+(``dataset export``) and ``train`` (``train sft|selfsup|grpo``); long commands show progress through ``cli.progress``.
 """
 
 from __future__ import annotations

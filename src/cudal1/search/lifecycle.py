@@ -68,8 +68,8 @@ def store_proposals(
     db: CandidateDB, task: Task, proposals: Sequence[Proposal], provenance: Provenance
 ) -> list[int]:
     """Store ``proposals`` as pending candidates in one transaction, each with ``provenance`` plus
-    its own origin (and backend, where it names one); a source the task already has keeps its row (a seed stored by an earlier
-    session). Returns the rows' ids, in order."""
+    its own origin (and backend, where it names one); a source the task already has keeps its
+    row (a seed stored by an earlier session). Returns the rows' ids, in order."""
     ids: list[int] = []
     with db.transaction():
         for p in proposals:

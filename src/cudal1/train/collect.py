@@ -4,9 +4,10 @@ generation prompt for every task, and every answer is evaluated and stored with 
 A collect run is a run directory like ``optimize``'s (``run/directory.py``): ``config.yaml``,
 ``candidates.db``, ``run.log``, ``llm-calls.jsonl``; ``cudal1 dataset export`` and ``runs show``
 read it the same way. Round ``i`` of a task is the ``i``-th model's samples (round 0 holds only
-the kernels given with ``--seed``: a collect run seeds no baselines), so the database's round bookkeeping gives resume for free: a
-task first evaluates what was stored but not evaluated, then asks the models whose round is not
-finished, and a round whose samples are already stored is not sampled again.
+the kernels given with ``--seed``: a collect run seeds no baselines), so the database's round
+bookkeeping gives resume for free: a task first evaluates what was stored but not evaluated,
+then asks the models whose round is not finished, and a round whose samples are already stored
+is not sampled again.
 
 The loop is the search's (``search.contrastive.Search``) with a ``CollectPlan``: budgets are checked
 before every LLM call and every evaluation, an ``LLMError`` the backend could not retry stops the

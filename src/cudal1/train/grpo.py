@@ -1,8 +1,10 @@
 """Stage 3: contrastive GRPO (TRL's ``GRPOTrainer``) with the evaluator pool as the reward.
 
-Before step 1, each task is seeded (``search.seeds.store_round_zero``): the built-in baselines and
-the reference where it has no candidate yet, and the kernels given with ``--seed``; all of them
-are evaluated before the first prompt. What runs, per generation batch: ``prompt_stream`` builds each prompt live from the candidate
+Before step 1, each task is seeded (``search.seeds.store_round_zero``): the built-in baselines
+and the reference where it has no candidate yet, and the kernels given with ``--seed``; all of
+them are evaluated before the first prompt.
+
+What runs, per generation batch: ``prompt_stream`` builds each prompt live from the candidate
 database (exemplars with their measured speedups, chosen and rendered by the search's own
 ``task_prompt``: the one-shot prompt while a task has no correct variant); TRL samples
 ``num_generations`` completions per prompt; ``PoolReward`` stores, evaluates, audits and scores
