@@ -20,10 +20,9 @@ actor is the same kind of result as a local one: the actor only adds where it ra
   came back, no GPU left in the cluster) is given up; with no actor left, what waits is
   recorded as evaluator errors too.
 
-Not covered: an actor's candidate and reference worker processes run in their own sessions, so
-when the actor's process is killed they are orphaned until their own call ends (a closed
-socket then ends them). Ray itself is optional (the ``ray`` extra) and imported only here, and
-only when a Ray pool is made.
+An actor's candidate and reference worker processes die with the actor's process (the sandbox's
+parent-death signal), a killed actor included. Ray itself is optional (the ``ray`` extra) and
+imported only here, and only when a Ray pool is made.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,54 @@ def test_the_next_run_removes_the_sandboxes_of_a_killed_one(tmp_path, monkeypatc
 def testprocess_exists(pid, exists):
     """pid 1 belongs to another user or to us: either way it is alive and kept."""
     assert sandbox.process_exists(pid) is exists
+
+
+# Started from a thread that ends at once, as the spare pool's fill does: the parent-death signal
+# follows the thread that forked the worker, so this is the case that must not kill it early.
+ORPHANING_RUN = """
+import os, signal, threading, time
+from cudal1.config import SandboxConfig
+from cudal1.eval.process.sandbox import WorkerProcess
+box = []
+starter = threading.Thread(target=lambda: box.append(WorkerProcess(SandboxConfig(call_timeout_s=60))))
+starter.start()
+starter.join()
+worker = box[0]
+worker.wait_ready()
+time.sleep(1.0)
+assert worker.alive, "the worker died with the thread that started it"
+worker.suspend()  # as a quiet window stops it
+print(worker.proc.pid, flush=True)
+time.sleep(0.5)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and has not exited (a zombie waiting for its reaper has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_stopped_worker_dies_when_its_evaluator_is_killed(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-c", ORPHANING_RUN],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    pid = int(out.stdout.split()[0])
+    deadline = time.monotonic() + 30  # generous: the kernel signals it as the parent exits
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    running = _running(pid)
+    if running:
+        os.killpg(pid, signal.SIGKILL)  # do not leave it behind for the next test
+    assert not running, "the worker outlived the evaluator that started it"

@@ -8,6 +8,10 @@ What is covered:
 - the worker starts with a fresh interpreter (``subprocess``, never ``fork``), in its own session,
   in an empty private directory that is also its HOME, TMPDIR and Triton cache; environment
   variables other than ``SandboxConfig.keep_env`` (API keys among them) are not passed on;
+- a worker dies with the evaluator, even one the pool had stopped (SIGSTOP) for a quiet window:
+  on Linux the kernel sends it SIGKILL when the evaluator exits however it exits (``kill -9``
+  included; parent-death signal, set before the worker runs anything), and SIGKILL ends a
+  stopped process too;
 - core dumps are off, CPU time and (optionally) address space are limited;
 - the directory goes when the worker is closed; those of a run killed outright go when the
   next run on the machine starts its first worker;
@@ -16,14 +20,19 @@ What is covered:
 What is not covered (needs an OS sandbox such as seccomp/landlock or a container):
 - a candidate can still read files the evaluator's user can read, open sockets, or write
   outside its directory, including into the shared extension build cache under a different
-  source hash. Static checks flag such code; the evaluator never trusts a worker's numbers.
+  source hash. Static checks flag such code; the evaluator never trusts a worker's numbers;
+- the processes a worker starts (its compilers) are not signalled when the evaluator dies: the
+  parent-death signal is per process and cannot be set for them. A running one ends with its
+  build; one stopped for a quiet window at that moment stays stopped until someone kills it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
+import queue
 import re
 import resource
 import shutil
@@ -34,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,6 +60,66 @@ CANDIDATE_ENTRY = "cudal1.eval.process.worker"
 # the next run removes those whose evaluator is gone.
 SANDBOX_NAME = re.compile(r"cudal1-(?:candidate|reference)-(\d+)-")
 _swept = threading.Event()
+
+# prctl(2): PR_SET_PDEATHSIG, the signal a process gets when its parent dies (Linux only).
+PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def die_with_parent(parent: int) -> None:
+    """In a child between fork and exec: SIGKILL when the parent dies. A parent that died before
+    this ran is not signalled any more (the child has a new parent already): then die now."""
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _Launcher:
+    """Starts every worker from one thread that lives as long as the evaluator's process. The
+    parent-death signal fires when the *thread* that forked the child ends (prctl(2)), and the
+    pool starts workers from short-lived threads (the spare pool's fill): started there, a warm
+    spare would be killed as soon as that thread returned."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[tuple[Future[subprocess.Popen[bytes]], dict[str, Any]]] = (
+            queue.SimpleQueue()
+        )
+        self._pid = 0  # the process whose thread serves the jobs (a forked child has none)
+
+    def popen(self, **kwargs: Any) -> subprocess.Popen[bytes]:
+        future: Future[subprocess.Popen[bytes]] = Future()
+        with self._lock:
+            if self._pid != os.getpid():
+                self._pid, self._jobs = os.getpid(), queue.SimpleQueue()
+                threading.Thread(
+                    target=self._serve, args=(self._jobs,), name="cudal1-launcher", daemon=True
+                ).start()
+            self._jobs.put((future, kwargs))
+        try:
+            return future.result()
+        except BaseException:  # interrupted while it started: nobody will hold it, so it goes
+            future.add_done_callback(_kill_unwanted)
+            raise
+
+    @staticmethod
+    def _serve(jobs: queue.SimpleQueue[tuple[Future[subprocess.Popen[bytes]], dict[str, Any]]]) -> None:
+        while True:
+            future, kwargs = jobs.get()
+            try:
+                future.set_result(subprocess.Popen(**kwargs))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+
+def _kill_unwanted(future: Future[subprocess.Popen[bytes]]) -> None:
+    if future.exception() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(future.result().pid, signal.SIGKILL)
+
+
+_LAUNCHER = _Launcher()
 
 
 class SandboxLimits(Protocol):
@@ -124,6 +194,7 @@ class WorkerProcess:
         self.config = config
         self.role = role
         self.cpus = cpus
+        self._parent = os.getpid()
         if not _swept.is_set():
             _swept.set()
             remove_orphaned_sandboxes(Path(tempfile.gettempdir()))
@@ -132,8 +203,8 @@ class WorkerProcess:
         parent_sock, child_sock = socket.socketpair()
         env = self._environment(extra_env or {})
         with open(self.log_path, "wb") as logf:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", entry, str(child_sock.fileno())],
+            self.proc = _LAUNCHER.popen(
+                args=[sys.executable, "-m", entry, str(child_sock.fileno())],
                 cwd=self.dir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -173,6 +244,8 @@ class WorkerProcess:
         return env
 
     def _limits(self) -> None:
+        """In the child, before it runs anything: die with the evaluator, then the limits."""
+        die_with_parent(self._parent)
         if self.cpus:
             os.sched_setaffinity(0, self.cpus)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -347,8 +420,10 @@ class WorkerProcess:
 
     def kill(self) -> None:
         # The whole group, even when the worker itself is gone: a compiler it started may linger.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        # SIGKILL ends a stopped (quiet-window) process too; SIGCONT first all the same, so that
+        # no member of the group is left stopped whatever becomes of the kill.
+        self._signal_group(signal.SIGCONT)
+        self._signal_group(signal.SIGKILL)
         self._wait_exit(5.0)
 
     def close(self) -> None:
