@@ -9,6 +9,14 @@ from cudal1.eval.pool import evaluate
 from cudal1.schema import Stage
 
 
+@pytest.fixture
+def config(fast_config):
+    """Room for a worker's start on a loaded machine: these tests are about messages, not time."""
+    return fast_config.model_copy(
+        update={"sandbox": fast_config.sandbox.model_copy(update={"call_timeout_s": 60})}
+    )
+
+
 def _no_project_frames(error: str) -> None:
     assert "worker.py" not in error and "cudal1" not in error and "<frozen" not in error
 
@@ -25,15 +33,15 @@ def _no_project_frames(error: str) -> None:
         ("ModelNew = 3\n", "the candidate's ModelNew is a int, not a class"),
     ],
 )
-def test_a_candidate_without_model_new_says_so_in_one_line(task, fast_config, source, message):
-    result = evaluate(task, source, fast_config)
+def test_a_candidate_without_model_new_says_so_in_one_line(task, config, source, message):
+    result = evaluate(task, source, config)
     assert result.failed_stage is Stage.COMPILE
     assert result.error == message
 
 
-def test_an_init_error_shows_the_candidates_frames_and_its_message_once(task, fast_config, candidate):
+def test_an_init_error_shows_the_candidates_frames_and_its_message_once(task, config, candidate):
     source = candidate("        return x", init_extra="        raise ValueError('bad init here')\n")
-    result = evaluate(task, source, fast_config)
+    result = evaluate(task, source, config)
     assert result.failed_stage is Stage.LOAD
     assert result.error.count("bad init here") == 2  # the source line and the error line
     assert result.error.count("ValueError: bad init here") == 1
@@ -42,12 +50,12 @@ def test_an_init_error_shows_the_candidates_frames_and_its_message_once(task, fa
     _no_project_frames(result.error)
 
 
-def test_an_error_in_forward_starts_at_the_candidates_frame(task, fast_config, candidate):
+def test_an_error_in_forward_starts_at_the_candidates_frame(task, config, candidate):
     """torch's Module.__call__ frames that lead into forward are not the candidate's either."""
     result = evaluate(
         task,
         candidate("        return helper(x)", imports="def helper(x):\n    return x @ x[:3]"),
-        fast_config,
+        config,
     )
     assert result.failed_stage is Stage.CORRECTNESS
     lines = result.error.splitlines()

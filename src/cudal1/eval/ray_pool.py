@@ -41,6 +41,7 @@ from typing import Any, Self
 from cudal1.config import EvalConfig, PoolConfig
 from cudal1.eval.devices import cpu_share, resolve_device
 from cudal1.eval.pool import EvalPool, StreamingPool
+from cudal1.eval.workers import with_memory_limit
 from cudal1.schema import (
     Environment,
     EvalRequest,
@@ -92,6 +93,8 @@ class DeviceActor:
             (int(n["Resources"].get("GPU", 1)) for n in ray.nodes() if n["NodeID"] == node and n["Alive"]), 1
         )
         index = int(gpu_ids[0]) if gpu_ids and gpu_ids[0].isdigit() else 0
+        # The node's memory too: each candidate worker of every actor there gets its share.
+        config = with_memory_limit(config, (workers + spares) * gpus_on_node)
         self.pool = EvalPool(
             config,
             workers=workers,
@@ -193,6 +196,10 @@ class RayPool(StreamingPool):
             self._queue.append(_Job(request, future))
             self._cond.notify_all()
         return future
+
+    def in_flight(self) -> int:
+        with self._cond:
+            return len(self._queue) + len(self._running)
 
     def close(self) -> None:
         """Cancel what waits, let what runs finish, then stop the actors (and Ray, if started here)."""

@@ -12,7 +12,10 @@ What is covered:
   on Linux the kernel sends it SIGKILL when the evaluator exits however it exits (``kill -9``
   included; parent-death signal, set before the worker runs anything), and SIGKILL ends a
   stopped process too;
-- core dumps are off, CPU time and (optionally) address space are limited;
+- core dumps are off, CPU time is limited, and a candidate's worker holds at most its memory
+  limit (``memory.py``: RLIMIT_DATA in the worker, its resident memory watched from here): one
+  that allocates past it fails with "memory limit exceeded" at its stage, before the kernel's
+  OOM killer takes a process of the machine;
 - the directory goes when the worker is closed; those of a run killed outright go when the
   next run on the machine starts its first worker;
 - replies are decoded with ``wire`` (no pickle), so a worker cannot run code in the evaluator.
@@ -29,10 +32,8 @@ What is not covered (needs an OS sandbox such as seccomp/landlock or a container
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
-import queue
 import re
 import resource
 import shutil
@@ -43,11 +44,11 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
+from cudal1.eval.process import launch, memory
 from cudal1.eval.process.protocol import Command, Role
 from cudal1.eval.process.wire import WireError, decode, encode, header
 
@@ -60,66 +61,10 @@ CANDIDATE_ENTRY = "cudal1.eval.process.worker"
 # the next run removes those whose evaluator is gone.
 SANDBOX_NAME = re.compile(r"cudal1-(?:candidate|reference)-(\d+)-")
 _swept = threading.Event()
-
-# prctl(2): PR_SET_PDEATHSIG, the signal a process gets when its parent dies (Linux only).
-PR_SET_PDEATHSIG = 1
-_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-
-
-def die_with_parent(parent: int) -> None:
-    """In a child between fork and exec: SIGKILL when the parent dies. A parent that died before
-    this ran is not signalled any more (the child has a new parent already): then die now."""
-    if _LIBC is not None:
-        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-class _Launcher:
-    """Starts every worker from one thread that lives as long as the evaluator's process. The
-    parent-death signal fires when the *thread* that forked the child ends (prctl(2)), and the
-    pool starts workers from short-lived threads (the spare pool's fill): started there, a warm
-    spare would be killed as soon as that thread returned."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._jobs: queue.SimpleQueue[tuple[Future[subprocess.Popen[bytes]], dict[str, Any]]] = (
-            queue.SimpleQueue()
-        )
-        self._pid = 0  # the process whose thread serves the jobs (a forked child has none)
-
-    def popen(self, **kwargs: Any) -> subprocess.Popen[bytes]:
-        future: Future[subprocess.Popen[bytes]] = Future()
-        with self._lock:
-            if self._pid != os.getpid():
-                self._pid, self._jobs = os.getpid(), queue.SimpleQueue()
-                threading.Thread(
-                    target=self._serve, args=(self._jobs,), name="cudal1-launcher", daemon=True
-                ).start()
-            self._jobs.put((future, kwargs))
-        try:
-            return future.result()
-        except BaseException:  # interrupted while it started: nobody will hold it, so it goes
-            future.add_done_callback(_kill_unwanted)
-            raise
-
-    @staticmethod
-    def _serve(jobs: queue.SimpleQueue[tuple[Future[subprocess.Popen[bytes]], dict[str, Any]]]) -> None:
-        while True:
-            future, kwargs = jobs.get()
-            try:
-                future.set_result(subprocess.Popen(**kwargs))
-            except BaseException as exc:
-                future.set_exception(exc)
-
-
-def _kill_unwanted(future: Future[subprocess.Popen[bytes]]) -> None:
-    if future.exception() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(future.result().pid, signal.SIGKILL)
-
-
-_LAUNCHER = _Launcher()
+# A reply that takes longer than this says so in the log, and again each time as long again,
+# until it comes or its timeout ends the wait (120 s for a call, 600 s for an import): a hung
+# candidate otherwise showed nothing for minutes.
+STILL_WAITING_S = 60.0
 
 
 class SandboxLimits(Protocol):
@@ -127,6 +72,7 @@ class SandboxLimits(Protocol):
 
     @property
     def call_timeout_s(self) -> float: ...
+    # A candidate worker's memory cap (None or 0: none; a pool sets it from the machine).
     @property
     def memory_limit_gb(self) -> float | None: ...
     @property
@@ -162,12 +108,19 @@ def process_exists(pid: int) -> bool:
     return True
 
 
+# How a worker failed: it died, went silent past its timeout, sent garbage, or was killed for
+# holding more than its memory limit.
+WorkerFailure = Literal["died", "timeout", "protocol", "memory"]
+
+
 class WorkerError(RuntimeError):
     """A worker failed: it died, went silent past its timeout, or sent garbage."""
 
-    def __init__(self, message: str, *, kind: str, log_tail: str = "", role: Role = Role.CANDIDATE) -> None:
+    def __init__(
+        self, message: str, *, kind: WorkerFailure, log_tail: str = "", role: Role = Role.CANDIDATE
+    ) -> None:
         super().__init__(message)
-        self.kind = kind  # died | timeout | protocol
+        self.kind = kind
         self.log_tail = log_tail
         self.role = role  # whose worker: a reference worker's failure is the evaluator's
 
@@ -178,6 +131,11 @@ class RemoteError(RuntimeError):
     def __init__(self, error: str, traceback: str) -> None:
         super().__init__(error)
         self.traceback = traceback
+
+
+def _stage_of(what: str) -> str:
+    """The stage a reply to ``what`` (a command, or "start-up") belongs to."""
+    return str(what.stage) if isinstance(what, Command) else what
 
 
 class WorkerProcess:
@@ -195,6 +153,10 @@ class WorkerProcess:
         self.role = role
         self.cpus = cpus
         self._parent = os.getpid()
+        # The trusted side's reference worker is not capped: its failure would be the evaluator's.
+        limit = config.memory_limit_gb if role is Role.CANDIDATE else None
+        self.memory_limit = int(limit * memory.GB) if limit else 0
+        self.memory_exceeded = ""  # the verdict, once the watch has killed the worker for it
         if not _swept.is_set():
             _swept.set()
             remove_orphaned_sandboxes(Path(tempfile.gettempdir()))
@@ -203,7 +165,7 @@ class WorkerProcess:
         parent_sock, child_sock = socket.socketpair()
         env = self._environment(extra_env or {})
         with open(self.log_path, "wb") as logf:
-            self.proc = _LAUNCHER.popen(
+            self.proc = launch.popen(
                 args=[sys.executable, "-m", entry, str(child_sock.fileno())],
                 cwd=self.dir,
                 env=env,
@@ -215,10 +177,14 @@ class WorkerProcess:
                 preexec_fn=self._limits,
             )
         child_sock.close()
+        if self.memory_limit:
+            memory.WATCH.watch(self.proc.pid, self.memory_limit, self._over_memory_limit)
         self.conn = Connection(os.dup(parent_sock.fileno()))
         parent_sock.close()
         self.ready = False
         self.closed = False
+        # How a still-waiting line names what the worker serves (the pool sets it: task, label).
+        self.subject = f"{role} worker"
         # Suspension (``suspend``/``resume``): nested holds, and the seconds spent stopped, which
         # the reply timeouts do not count.
         self._pause_lock = threading.Lock()
@@ -245,16 +211,15 @@ class WorkerProcess:
 
     def _limits(self) -> None:
         """In the child, before it runs anything: die with the evaluator, then the limits."""
-        die_with_parent(self._parent)
+        launch.die_with_parent(self._parent)
         if self.cpus:
             os.sched_setaffinity(0, self.cpus)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if self.config.cpu_time_limit_s:
             lim = int(self.config.cpu_time_limit_s)
             resource.setrlimit(resource.RLIMIT_CPU, (lim, lim + 5))
-        if self.config.memory_limit_gb:
-            lim = int(self.config.memory_limit_gb * 2**30)
-            resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+        if self.memory_limit:
+            memory.limit_data(self.memory_limit)
 
     # -- talking ------------------------------------------------------------------------------
     def wait_ready(self, timeout: float | None = None) -> None:
@@ -270,7 +235,7 @@ class WorkerProcess:
         self._send(cmd, args)
         reply = self._receive(timeout if timeout is not None else self.config.call_timeout_s, cmd)
         if not reply.get("ok"):
-            raise RemoteError(str(reply.get("error", "unknown error")), str(reply.get("traceback", "")))
+            raise self._remote_error(reply)
         return reply
 
     def request_raw(self, cmd: Command, timeout: float | None = None, **args: Any) -> bytes:
@@ -286,8 +251,7 @@ class WorkerProcess:
                 f"{self.role} worker sent a bad message: {exc}", kind="protocol", role=self.role
             ) from None
         if not isinstance(head, dict) or not head.get("ok"):
-            err = head.get("error", "unknown error") if isinstance(head, dict) else "non-dict reply"
-            raise RemoteError(str(err), str(head.get("traceback", "")) if isinstance(head, dict) else "")
+            raise self._remote_error(head if isinstance(head, dict) else {"error": "non-dict reply"})
         return data
 
     def send(self, cmd: Command, **args: Any) -> None:
@@ -306,8 +270,24 @@ class WorkerProcess:
     def receive(self, cmd: Command, timeout: float | None = None) -> dict[str, Any]:
         reply = self._receive(timeout if timeout is not None else self.config.call_timeout_s, cmd)
         if not reply.get("ok"):
-            raise RemoteError(str(reply.get("error", "unknown error")), str(reply.get("traceback", "")))
+            raise self._remote_error(reply)
         return reply
+
+    def _remote_error(self, reply: dict[str, Any]) -> RemoteError:
+        """A command's failure as the worker reported it; an allocation its memory limit refused
+        (RLIMIT_DATA) is said to be that, whatever the code that asked for it made of it."""
+        error, tb = str(reply.get("error", "unknown error")), str(reply.get("traceback", ""))
+        if self.memory_limit and memory.ALLOCATION_FAILED.search(error):
+            return RemoteError(memory.refused(self.memory_limit, error.strip().splitlines()[-1][:500]), "")
+        return RemoteError(error, tb)
+
+    def _over_memory_limit(self, held: int) -> None:
+        """The memory watch's call: the worker holds more than its limit. It is killed now; the
+        reply it owes then fails with this verdict (``_died``)."""
+        self.memory_exceeded = memory.exceeded(held, self.memory_limit)
+        log.info("%s: %s", self.subject, self.memory_exceeded)
+        self._signal_group(signal.SIGCONT)
+        self._signal_group(signal.SIGKILL)
 
     def _receive(self, timeout: float, what: str) -> dict[str, Any]:
         data = self._receive_bytes(timeout, what)
@@ -325,7 +305,7 @@ class WorkerProcess:
 
     def _receive_bytes(self, timeout: float, what: str) -> bytes:
         try:
-            if not self._poll(timeout):
+            if not self._poll(timeout, what):
                 self.kill()
                 raise WorkerError(
                     f"{self.role} worker timed out after {timeout:.0f}s during {what}",
@@ -337,20 +317,31 @@ class WorkerProcess:
         except (EOFError, OSError) as exc:
             raise self._died(f"during {what}: {type(exc).__name__}") from None
 
-    def _poll(self, timeout: float) -> bool:
-        """Wait for a reply up to ``timeout`` seconds of time not spent suspended."""
+    def _poll(self, timeout: float, what: str) -> bool:
+        """Wait for a reply up to ``timeout`` seconds of time not spent suspended; every
+        ``STILL_WAITING_S`` of them, a line says what is awaited."""
         start = time.monotonic()
         paused0 = self.paused_s()
+        said = 0
         while True:
-            left = timeout - (time.monotonic() - start) + (self.paused_s() - paused0)
+            waited = time.monotonic() - start - (self.paused_s() - paused0)
+            left = timeout - waited
             if left <= 0:
                 return False
-            if self.conn.poll(min(left, 1.0)):
+            if waited >= (said + 1) * STILL_WAITING_S:
+                said = int(waited // STILL_WAITING_S)
+                log.warning(
+                    "still waiting: %s in %s for %.0f s (limit %.0f s)",
+                    self.subject, _stage_of(what), waited, timeout,
+                )  # fmt: skip
+            if self.conn.poll(min(left, 1.0, STILL_WAITING_S)):
                 return True
 
     def _died(self, context: str) -> WorkerError:
         code = self._wait_exit(2.0)
         self.kill()
+        if self.memory_exceeded:
+            return WorkerError(f"{self.memory_exceeded} ({context})", kind="memory", role=self.role)
         if code is not None and code < 0:
             how = f"killed by signal {signal.Signals(-code).name}"
         elif code is not None:
@@ -424,12 +415,14 @@ class WorkerProcess:
         # no member of the group is left stopped whatever becomes of the kill.
         self._signal_group(signal.SIGCONT)
         self._signal_group(signal.SIGKILL)
+        memory.WATCH.unwatch(self.proc.pid)
         self._wait_exit(5.0)
 
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
+        memory.WATCH.unwatch(self.proc.pid)
         with self._pause_lock:
             if self._holds:
                 self._holds = 0
