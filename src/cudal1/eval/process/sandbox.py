@@ -17,7 +17,8 @@ What is covered:
   that allocates past it fails with "memory limit exceeded" at its stage, before the kernel's
   OOM killer takes a process of the machine;
 - the directory goes when the worker is closed; those of a run killed outright go when the
-  next run on the machine starts its first worker;
+  next run on the machine starts its first worker, and with them any process still running out
+  of them (a compiler the worker had started: see below);
 - replies are decoded with ``wire`` (no pickle), so a worker cannot run code in the evaluator.
 
 What is not covered (needs an OS sandbox such as seccomp/landlock or a container):
@@ -26,7 +27,8 @@ What is not covered (needs an OS sandbox such as seccomp/landlock or a container
   source hash. Static checks flag such code; the evaluator never trusts a worker's numbers;
 - the processes a worker starts (its compilers) are not signalled when the evaluator dies: the
   parent-death signal is per process and cannot be set for them. A running one ends with its
-  build; one stopped for a quiet window at that moment stays stopped until someone kills it.
+  build; one stopped for a quiet window at that moment stays stopped until the next run on the
+  machine starts (it finds them by their TMPDIR, which a process may change).
 """
 
 from __future__ import annotations
@@ -90,11 +92,35 @@ def remove_orphaned_sandboxes(root: Path) -> list[Path]:
         match = SANDBOX_NAME.match(path.name)
         if match is None or not path.is_dir() or process_exists(int(match.group(1))):
             continue
-        shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
+    killed = kill_leftovers(removed) if removed else 0
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
     if removed:
-        log.info("removed %d sandbox(es) of killed runs from %s", len(removed), root)
+        also = f", and killed {killed} process(es) started from them" if killed else ""
+        log.info("removed %d sandbox(es) of killed runs from %s%s", len(removed), root, also)
     return removed
+
+
+def kill_leftovers(sandboxes: list[Path]) -> int:
+    """Kill the processes still running out of ``sandboxes`` (their TMPDIR is one of them): what
+    a killed run's workers had started, such as a compiler a quiet window had stopped, which the
+    parent-death signal does not reach (``launch``). Returns how many."""
+    marks = [f"\0TMPDIR={path}\0".encode() for path in sandboxes]
+    killed = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = b"\0" + (entry / "environ").read_bytes()
+        except OSError:  # gone, or another user's
+            continue
+        if any(mark in environ for mark in marks):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGCONT)
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+    return killed
 
 
 def process_exists(pid: int) -> bool:
