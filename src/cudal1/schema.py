@@ -135,6 +135,7 @@ class EvalRequest:
     task: Task
     source: str
     request_id: str = ""
+    label: str = ""  # how progress and log lines name the candidate (its label in a run)
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,7 @@ def test_without_first_calls_a_forward_failure_is_a_correctness_failure(task, fa
 def test_wrong_shape_is_named(task, fast_config, candidate):
     result = _eval(task, candidate("        return torch.relu(self.lin(x))[:, :3]"), fast_config)
     assert result.failed_stage is Stage.CORRECTNESS
-    assert "shape (16, 3), expected (16, 32)" in result.error
+    assert "output has shape (16, 3); the reference's is (16, 32)" in result.error
 
 
 def test_numerically_wrong_fails_with_its_error(task, fast_config, candidate):
@@ -113,7 +113,7 @@ def test_nan_never_passes(task, fast_config, candidate):
 
 def test_wrong_dtype_is_named(task, fast_config, candidate):
     result = _eval(task, candidate("        return torch.relu(self.lin(x)).double()"), fast_config)
-    assert "dtype torch.float64, expected torch.float32" in result.error
+    assert "output has dtype float64; the reference's is float32" in result.error
 
 
 def test_syntax_error_fails_static_with_line(task, fast_config):

@@ -97,6 +97,9 @@ def setup_logging(verbose: bool) -> None:
     handler = RichHandler(
         console=err_console, show_path=False, level=logging.INFO if verbose else logging.WARNING
     )
+    # The handler shows time and level itself; basicConfig would give it its own format, and
+    # every line read "WARNING  WARNING:cudal1.module:message".
+    handler.setFormatter(logging.Formatter("%(message)s"))
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
 
 

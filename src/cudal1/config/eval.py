@@ -127,7 +127,11 @@ class SandboxConfig(StrictConfig):
     import_timeout_s: float = Field(600.0, gt=0, description="import + compile of the candidate source")
     call_timeout_s: float = Field(120.0, gt=0, description="any single request to a worker")
     memory_limit_gb: float | None = Field(
-        None, description="address-space limit for workers (None: no limit; CUDA needs a large one)"
+        None,
+        ge=0,
+        description="a candidate worker's memory cap, GB (its heap and anonymous memory, and the "
+        "shared memory it maps); past it the candidate fails with 'memory limit exceeded'. None: "
+        "half of the machine's memory shared among the pool's candidate workers; 0: no cap",
     )
     cpu_time_limit_s: int | None = Field(3600, description="RLIMIT_CPU for workers")
     keep_env: tuple[str, ...] = Field(

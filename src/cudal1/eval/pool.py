@@ -48,7 +48,7 @@ from cudal1.eval.evaluator import Evaluation
 from cudal1.eval.process.protocol import Role
 from cudal1.eval.process.sandbox import WorkerError, WorkerProcess
 from cudal1.eval.quiet import QuietWindows
-from cudal1.eval.workers import ReferenceWorker, build_env, default_build_cache
+from cudal1.eval.workers import ReferenceWorker, build_env, default_build_cache, with_memory_limit
 from cudal1.schema import EvalRequest, EvalResult, PoolPlacement, Task
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,8 @@ class SparePool:
         self._ready: queue.Queue[WorkerProcess] = queue.Queue()
         self._lock = threading.Lock()
         self._closed = False
+        self._starting: set[WorkerProcess] = set()  # started, not ready yet (``close`` kills them)
+        self._starting_lock = threading.Lock()
         self._fill(quiet=False)  # nothing is timed yet: these start beside the pool's own start
 
     def _fill(self, quiet: bool = True) -> None:
@@ -81,6 +83,10 @@ class SparePool:
         worker = WorkerProcess(self.config.sandbox, role=Role.CANDIDATE, cpus=self.cpus)
         if self.quiet is None or not quiet:
             return worker
+        with self._starting_lock:
+            self._starting.add(worker)
+        if self._closed:  # closed meanwhile: ``close`` may not have seen it
+            worker.kill()
         self.quiet.enter_loading(worker)
         try:
             worker.wait_ready()
@@ -88,6 +94,8 @@ class SparePool:
             pass  # take() finds it dead and starts another
         finally:
             self.quiet.leave_loading(worker)
+            with self._starting_lock:
+                self._starting.discard(worker)
         return worker
 
     def _fill_in_background(self) -> None:
@@ -107,8 +115,15 @@ class SparePool:
         return worker
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
+        """Close the spares; one still starting is killed (a quiet window may hold it stopped
+        for as long as a pair is timed), so a fill under way ends at once."""
+        self._closed = True
+        with self._starting_lock:
+            starting = list(self._starting)
+        for worker in starting:
+            worker.kill()
+        with self._lock:  # the fill under way is over; what it left is drained below
+            pass
         while True:
             try:
                 self._ready.get_nowait().close()
@@ -145,9 +160,15 @@ class Activity:
             return dict(self._counts)
 
 
+class PoolStopped(RuntimeError):
+    """The pool was stopped (its ``with`` block left by an exception or an interrupt) while this
+    evaluation waited or ran: it has no result, so a run's candidate stays pending."""
+
+
 class Pool(Protocol):
     """What every caller of the evaluator holds: a local pool or a Ray pool. Results stream back
-    as they finish; a trusted-side failure comes back as a result marked ``evaluator_error``."""
+    as they finish; a trusted-side failure comes back as a result marked ``evaluator_error``.
+    Leaving its ``with`` block by an exception (Ctrl-C included) stops what is under way."""
 
     @property
     def devices(self) -> Sequence[str]:
@@ -160,6 +181,10 @@ class Pool(Protocol):
         ...
 
     def submit(self, request: EvalRequest) -> Future[EvalResult]: ...
+
+    def in_flight(self) -> int:
+        """Evaluations submitted and not finished yet."""
+        ...
 
     def evaluate(self, task: Task, source: str) -> EvalResult: ...
 
@@ -203,11 +228,12 @@ class EvalPool(StreamingPool):
     ) -> None:
         """``cpus``: the CPUs the pool places its work on (default: this process's affinity); a
         Ray actor passes its share of a node that other actors' pools share."""
-        self.config = config
         self.devices = list(devices) or [resolve_device(config.device)]
         if len(set(self.devices)) != len(self.devices):
             raise ValueError(f"devices {self.devices}: each device may be named once")
         workers = workers or WORKERS_PER_DEVICE * len(self.devices)
+        # At most ``workers`` candidates in flight and ``spares`` ready: the memory cap's share.
+        self.config = config = with_memory_limit(config, workers + spares)
         self._device_locks = {d: threading.Lock() for d in self.devices}
         self._assigned = dict.fromkeys(self.devices, 0)  # requests past compile, per device
         self._timed = dict.fromkeys(self.devices, 0)  # evaluations that reached each device
@@ -237,6 +263,11 @@ class EvalPool(StreamingPool):
             initargs=(self._general_cpus,),
         )
         self.build_cache: Path = config.build_cache or default_build_cache()
+        self._submitted = 0  # evaluations not finished (``in_flight``)
+        # Stopping (``stop``): the candidate workers of evaluations under way, to kill.
+        self._stopping = threading.Event()
+        self._live: set[WorkerProcess] = set()
+        self._live_lock = threading.Lock()
 
     # -- public ---------------------------------------------------------------------------
     @property
@@ -254,9 +285,23 @@ class EvalPool(StreamingPool):
 
     def submit(self, request: EvalRequest) -> Future[EvalResult]:
         """One evaluation, run on one of the pool's (pinned) threads."""
-        return self._executor.submit(self._run, request.task, request.source)
+        subject = f"{request.task.name} {request.label or 'candidate'}"
+        future = self._executor.submit(self._run, request.task, request.source, subject)
+        with self._assign_lock:
+            self._submitted += 1
+        future.add_done_callback(self._finished)
+        return future
+
+    def _finished(self, future: Future[EvalResult]) -> None:
+        with self._assign_lock:
+            self._submitted -= 1
+
+    def in_flight(self) -> int:
+        with self._assign_lock:
+            return self._submitted
 
     def close(self) -> None:
+        """Let the evaluations under way finish, then close every worker."""
         self._executor.shutdown(wait=True, cancel_futures=True)
         self._spares.close()
         with self._refs_lock:
@@ -264,33 +309,61 @@ class EvalPool(StreamingPool):
                 ref.close()
             self._refs.clear()
 
+    def stop(self) -> None:
+        """Stop now, as when Ctrl-C leaves the pool's ``with`` block: evaluations not started are
+        cancelled, those under way lose their workers (killed: SIGCONT, then SIGKILL, which ends
+        a worker stopped for a quiet window too) and end in ``PoolStopped``, never in a result
+        that blames the candidate; nothing new starts. ``close`` still follows."""
+        self._stopping.set()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        with self._live_lock:
+            workers = list(self._live)
+        with self._refs_lock:
+            workers += [ref.process for ref in self._refs.values()]
+        for worker in workers:  # first: a timed pair's end ends the quiet window over the spares
+            worker.kill()
+        self._spares.close()
+
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if exc and exc[0] is not None:  # left by an exception: stop, do not wait
+            self.stop()
         self.close()
 
+    def _check_running(self) -> None:
+        if self._stopping.is_set():
+            raise PoolStopped("the pool was stopped before this evaluation finished")
+
     # -- one request ------------------------------------------------------------------------
-    def _run(self, task: Task, source: str) -> EvalResult:
+    def _run(self, task: Task, source: str, subject: str) -> EvalResult:
         """One evaluation; when the trusted side failed, or the candidate ran out of device memory
         beside others, once more with the device to itself. A second evaluator error stays one:
         recorded as such, never as the candidate's failure."""
-        result = self._run_once(task, source, exclusive=False)
+        result = self._run_once(task, source, subject, exclusive=False)
+        self._check_running()  # its workers may have been killed under it: no verdict
         if result.evaluator_error or result.environment.out_of_memory:
             log.warning("%s: retrying alone on the device after: %s", task.name, result.error[:200])
-            again = self._run_once(task, source, exclusive=True)
+            again = self._run_once(task, source, subject, exclusive=True)
+            self._check_running()
             return again.with_environment(retried_after=result.error[:2000])
         return result
 
-    def _run_once(self, task: Task, source: str, *, exclusive: bool) -> EvalResult:
+    def _run_once(self, task: Task, source: str, subject: str, *, exclusive: bool) -> EvalResult:
+        self._check_running()
         ev = Evaluation(task, source, self.config, self.devices[0])
         with self._activity.state("building"):
             env = self._prepare(ev)
         if env is None:
             return ev.result()
         cand = self._spares.take()
+        cand.subject = subject
+        with self._live_lock:
+            self._live.add(cand)
         self._quiet.enter_loading(cand)
         try:
+            self._check_running()  # after the add: a stop either sees this worker or is seen here
             with self._activity.state("building"):
                 ev.run_compile(cand, env)
             if not ev.failed:
@@ -299,6 +372,8 @@ class EvalPool(StreamingPool):
             self._quiet.leave_loading(cand)
             if not cand.closed:
                 self._quiet.close_outside_windows(cand)
+            with self._live_lock:
+                self._live.discard(cand)
         return ev.result()
 
     def _prepare(self, ev: Evaluation) -> dict[str, str] | None:
@@ -401,6 +476,7 @@ class EvalPool(StreamingPool):
         the cap are closed, least recently used first."""
         key = (task.hash, device)
         with self._refs_lock:
+            self._check_running()  # under the lock ``stop`` takes to kill the reference workers
             ref = self._refs.get(key)
             if ref is None or not ref.process.alive:
                 ref = ReferenceWorker(task, self.config, device, self._general_cpus)

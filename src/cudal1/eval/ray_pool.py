@@ -20,10 +20,9 @@ actor is the same kind of result as a local one: the actor only adds where it ra
   came back, no GPU left in the cluster) is given up; with no actor left, what waits is
   recorded as evaluator errors too.
 
-Not covered: an actor's candidate and reference worker processes run in their own sessions, so
-when the actor's process is killed they are orphaned until their own call ends (a closed
-socket then ends them). Ray itself is optional (the ``ray`` extra) and imported only here, and
-only when a Ray pool is made.
+An actor's candidate and reference worker processes die with the actor's process (the sandbox's
+parent-death signal), a killed actor included. Ray itself is optional (the ``ray`` extra) and
+imported only here, and only when a Ray pool is made.
 """
 
 from __future__ import annotations
@@ -42,6 +41,7 @@ from typing import Any, Self
 from cudal1.config import EvalConfig, PoolConfig
 from cudal1.eval.devices import cpu_share, resolve_device
 from cudal1.eval.pool import EvalPool, StreamingPool
+from cudal1.eval.workers import with_memory_limit
 from cudal1.schema import (
     Environment,
     EvalRequest,
@@ -93,6 +93,8 @@ class DeviceActor:
             (int(n["Resources"].get("GPU", 1)) for n in ray.nodes() if n["NodeID"] == node and n["Alive"]), 1
         )
         index = int(gpu_ids[0]) if gpu_ids and gpu_ids[0].isdigit() else 0
+        # The node's memory too: each candidate worker of every actor there gets its share.
+        config = with_memory_limit(config, (workers + spares) * gpus_on_node)
         self.pool = EvalPool(
             config,
             workers=workers,
@@ -194,6 +196,10 @@ class RayPool(StreamingPool):
             self._queue.append(_Job(request, future))
             self._cond.notify_all()
         return future
+
+    def in_flight(self) -> int:
+        with self._cond:
+            return len(self._queue) + len(self._running)
 
     def close(self) -> None:
         """Cancel what waits, let what runs finish, then stop the actors (and Ray, if started here)."""

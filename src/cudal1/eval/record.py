@@ -68,7 +68,8 @@ class EvaluationRecord:
                 # The candidate's own process ran out of device memory: on a shared device that
                 # may be its neighbours' doing, so the pool tries it once more with the device alone.
                 self.note(out_of_memory=True)
-            self._record(stage, False, start, f"{exc}\n{_last_lines(exc.traceback)}")
+            # The traceback ends with the error's own line: the message once, below its frames.
+            self._record(stage, False, start, _last_lines(exc.traceback, 24) or str(exc))
             self.failed = True
         else:
             self._record(stage, True, start, "")

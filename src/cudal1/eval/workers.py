@@ -9,8 +9,10 @@ served without it: ``ReferenceWorker.init_args``). A failure of one of its comma
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
+import os
 import re
 import threading
 import time
@@ -37,6 +39,7 @@ class ReferenceWorker:
         self.task = task
         self.device = device
         self.process = WorkerProcess(config.sandbox, role=Role.REFERENCE, entry=REFERENCE_ENTRY, cpus=cpus)
+        self.process.subject = f"{task.name} reference"
         self.lock = threading.Lock()
         self.info: dict[str, Any] = {}
         self.device_info: dict[str, Any] = {}
@@ -184,6 +187,34 @@ _RESOURCE = re.compile(
 def is_resource_error(message: str) -> bool:
     """Out of device memory, or a CUDA driver/library error: the machine's state, not the code's."""
     return bool(_RESOURCE.search(message))
+
+
+# A candidate worker's memory cap when none is configured: half of the machine's memory shared
+# among the pool's candidate workers (the other half keeps the reference workers, the evaluator,
+# compilers and the system). With no cap, a candidate that allocated most of the machine
+# brought the kernel's OOM killer onto whichever process it chose.
+MEMORY_SHARE = 0.5
+MIN_MEMORY_LIMIT_GB = 2.0  # a CUDA worker's data segment is 1.6 GB at rest (H100, torch 2.11)
+
+
+def machine_memory_bytes() -> int:
+    """Physical memory, or the cgroup's limit where a lower one is set (a container)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    with contextlib.suppress(OSError, ValueError):
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            total = min(total, int(limit))
+    return total
+
+
+def with_memory_limit(config: EvalConfig, candidate_workers: int) -> EvalConfig:
+    """``config`` with its candidate workers' memory cap settled: as configured, or by the
+    machine's share (``MEMORY_SHARE``) for each of ``candidate_workers``."""
+    if config.sandbox.memory_limit_gb is not None:
+        return config
+    share = MEMORY_SHARE * machine_memory_bytes() / max(1, candidate_workers) / 2**30
+    sandbox = config.sandbox.model_copy(update={"memory_limit_gb": max(MIN_MEMORY_LIMIT_GB, round(share, 1))})
+    return config.model_copy(update={"sandbox": sandbox})
 
 
 def default_build_cache() -> Path:

@@ -25,16 +25,19 @@ from cudal1.schema import EvalResult
 FASTER = 1.01
 
 # A task's result: a variant kept because it beats the reference beyond its interval, or the
-# reference kept (``search.optimize.TaskRecord.faster``).
-Outcome = Literal["faster", "no faster variant found", "no correct variant"]
+# reference kept (``search.optimize.TaskRecord.faster``); or nothing yet, for a task none of whose
+# candidates has a result (a run killed or stopped by its budget before the task's turn).
+Outcome = Literal["faster", "no faster variant found", "no correct variant", "not evaluated"]
 FASTER_FOUND: Outcome = "faster"
+NOT_EVALUATED: Outcome = "not evaluated"
 
 
 @dataclass(frozen=True)
 class TaskSummary:
     """A task's outcome and the best variant the search tried (``best_*``); speedup, interval and
     times are that variant's, from the final re-evaluation when ``final``. Unless ``outcome`` is
-    "faster", the kept kernel is the reference (speedup 1.0 by definition)."""
+    "faster", the kept kernel is the reference (speedup 1.0 by definition); "not evaluated" keeps
+    nothing and reports no speedup."""
 
     task: str
     level: int
@@ -97,7 +100,7 @@ def _task_summary(t: TaskRecord) -> tuple[TaskSummary, EvalResult | None]:
     best = t.best
     result = t.final if t.final is not None else (best.result if best else None)
     timing = result.timing if result is not None and result.ok else None
-    outcome: Outcome = "faster" if t.faster else ("no faster variant found" if best else "no correct variant")
+    outcome = _outcome(t)
     summary = TaskSummary(
         task=t.name,
         level=t.level,
@@ -121,6 +124,14 @@ def _task_summary(t: TaskRecord) -> tuple[TaskSummary, EvalResult | None]:
         claimed_speedup=best.claimed_speedup if best else None,
     )
     return summary, result or t.first_result
+
+
+def _outcome(t: TaskRecord) -> Outcome:
+    if t.faster:
+        return FASTER_FOUND
+    if t.best is not None:
+        return "no faster variant found"
+    return "no correct variant" if t.counts.evaluated else NOT_EVALUATED
 
 
 def summarize_run(run: RunRecord) -> RunSummary:
@@ -251,6 +262,9 @@ RUN_COLUMNS = (
 
 def _run_row(t: TaskSummary) -> tuple[Cell, ...]:
     faster = t.outcome == FASTER_FOUND
+    if t.outcome == NOT_EVALUATED:
+        pending = f"{t.pending} pending" if t.pending else "-"
+        return (t.task, str(t.level), "-", Text("not evaluated", style="dim"), "-", "-", "-", pending, "0")
     if faster:
         kept = (t.best_label or "-") + ("" if t.final else " (search)")
         speedup, tried = _speedup_cell(t.speedup, (t.ci_low, t.ci_high)), "-"
@@ -280,7 +294,7 @@ def run_table(s: RunSummary) -> TableSpec:
         columns=RUN_COLUMNS,
         rows=tuple(_run_row(t) for t in s.tasks),
         caption="speedup and CI from the final re-evaluation; (search): not re-evaluated yet;"
-        " kept 'reference': no variant beat it beyond its 95% interval",
+        " kept 'reference': no variant beat it beyond its 95% interval; not evaluated: no result yet",
     )
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from rich.console import Group
 from rich.text import Text
 
 from cudal1.report.tables import Cell, Col, TableSpec, to_markdown, to_rich
-from cudal1.schema import EvalResult, Severity, Task
+from cudal1.schema import Correctness, EvalResult, Severity, Task
 
 
 def task_table(tasks: list[Task], base: Path | None = None) -> TableSpec:
@@ -47,13 +48,7 @@ def _eval_lines(r: EvalResult) -> list[Text]:
     if r.error:
         lines.append(Text(r.error, style="red"))
     if r.correctness is not None:
-        c = r.correctness
-        lines.append(
-            Text(
-                f"correctness: {c.passed}/{c.trials} input sets; max abs error {c.max_abs_err:.3g}; "
-                f"worst {c.max_rel_err:.3g}x of tolerance (allowed {c.tolerance_scale:.3g}x), against {c.against}"
-            )
-        )
+        lines.append(Text(correctness_line(r.correctness)))
     if r.sol is not None:
         o = r.sol
         lines.append(
@@ -64,6 +59,18 @@ def _eval_lines(r: EvalResult) -> list[Text]:
             )
         )
     return lines
+
+
+def correctness_line(c: Correctness) -> str:
+    """Input sets passed, and the worst error; where no error could be measured (an output of
+    the wrong shape, dtype, device or type; a NaN where the reference is finite) what is wrong."""
+    head = f"correctness: {c.passed}/{c.trials} input sets; "
+    if math.isnan(c.max_abs_err) or math.isnan(c.max_rel_err):
+        return head + (c.message or "no error could be measured")
+    return head + (
+        f"max abs error {c.max_abs_err:.3g}; worst {c.max_rel_err:.3g}x of tolerance "
+        f"(allowed {c.tolerance_scale:.3g}x), against {c.against}"
+    )
 
 
 def render_eval_result(r: EvalResult, width: int = 80) -> Group:

@@ -92,7 +92,7 @@ async def evaluate_and_record(
 ) -> EvalResult | None:
     """Evaluate one stored candidate on the pool and record its result. An exception from the
     evaluator itself leaves the candidate pending, for a resumed run: None."""
-    future = pool.submit(EvalRequest(task, row.source, request_id=str(row.id)))
+    future = pool.submit(EvalRequest(task, row.source, request_id=str(row.id), label=row.label))
     try:
         result = await asyncio.wrap_future(future)
     except Exception:

@@ -18,11 +18,13 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from cudal1.config import OptimizeConfig
+from cudal1.eval.pool import Pool
 from cudal1.eval.pool_kinds import make_pool
 from cudal1.llm import CallRecord, Ledger, LLMBackend, Message, SamplingParams, create_backend
 from cudal1.run.database import CandidateDB, CandidateRow
@@ -84,7 +86,7 @@ def optimize(
                 RunStarted({t.name: TaskPlan(plan.expected(t), db.counts(t.name).dealt_with) for t in tasks})
             )
         try:
-            with make_pool(config.eval, config.pool) as pool:
+            with make_pool(config.eval, config.pool) as pool, _stopping_said(pool):
                 search = Search(db, pool, plan, budget, progress=progress, run_id=run_id)
                 asyncio.run(search.run(tasks))
             db.set_meta("stop_reason", budget.stop_reason or "")
@@ -191,8 +193,11 @@ def _final_round(
     if not todo:
         return
     cfg = config.final.apply(config.eval)
-    with make_pool(cfg, config.pool, at_most=len(todo), spares=0) as pool:
-        requests = [EvalRequest(task, row.source, request_id=key) for key, (task, row) in todo.items()]
+    with make_pool(cfg, config.pool, at_most=len(todo), spares=0) as pool, _stopping_said(pool):
+        requests = [
+            EvalRequest(task, row.source, request_id=key, label=row.label)
+            for key, (task, row) in todo.items()
+        ]
         for request, result in pool.evaluate_many(requests):
             _, row = todo[request.request_id]
             record_final(db, row, result)
@@ -204,6 +209,21 @@ def _final_round(
             )
             if progress is not None:
                 progress(TaskFinal.of(row.task, row.label, result))
+
+
+@contextmanager
+def _stopping_said(pool: Pool) -> Iterator[None]:
+    """Ctrl-C (or SIGTERM, which the CLI turns into it): say at once, before the pool stops them,
+    what becomes of the evaluations under way; the line goes to the console and to run.log."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        n = pool.in_flight()
+        log.warning(
+            "stopping: %d evaluation%s in flight %s cancelled; everything stored is kept (resume with --resume)",
+            n, "" if n == 1 else "s", "is" if n == 1 else "are",
+        )  # fmt: skip
+        raise
 
 
 def _safe_name(name: str) -> str:

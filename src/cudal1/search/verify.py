@@ -169,7 +169,8 @@ def verify_records(
                 and (deadline is None or time.monotonic() < deadline)
             ):
                 index, task, cand = todo.pop(0)
-                running[evaluator.submit(EvalRequest(task, cand.source, str(index)))] = (index, task, cand)
+                request = EvalRequest(task, cand.source, str(index), label=cand.label)
+                running[evaluator.submit(request)] = (index, task, cand)
             if not running:
                 break
             done, _ = wait(running, return_when=FIRST_COMPLETED)

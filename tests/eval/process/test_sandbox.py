@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,103 @@ def test_the_next_run_removes_the_sandboxes_of_a_killed_one(tmp_path, monkeypatc
 def testprocess_exists(pid, exists):
     """pid 1 belongs to another user or to us: either way it is alive and kept."""
     assert sandbox.process_exists(pid) is exists
+
+
+# Started from a thread that ends at once, as the spare pool's fill does: the parent-death signal
+# follows the thread that forked the worker, so this is the case that must not kill it early.
+ORPHANING_RUN = """
+import os, signal, threading, time
+from cudal1.config import SandboxConfig
+from cudal1.eval.process.sandbox import WorkerProcess
+box = []
+starter = threading.Thread(target=lambda: box.append(WorkerProcess(SandboxConfig(call_timeout_s=60))))
+starter.start()
+starter.join()
+worker = box[0]
+worker.wait_ready()
+time.sleep(1.0)
+assert worker.alive, "the worker died with the thread that started it"
+worker.suspend()  # as a quiet window stops it
+print(worker.proc.pid, flush=True)
+time.sleep(0.5)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and has not exited (a zombie waiting for its reaper has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_stopped_worker_dies_when_its_evaluator_is_killed(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-c", ORPHANING_RUN],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    pid = int(out.stdout.split()[0])
+    deadline = time.monotonic() + 30  # generous: the kernel signals it as the parent exits
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    running = _running(pid)
+    if running:
+        os.killpg(pid, signal.SIGKILL)  # do not leave it behind for the next test
+    assert not running, "the worker outlived the evaluator that started it"
+
+
+# A worker that has started a process of its own (as a load_inline build starts compilers),
+# stopped with it by a quiet window when the evaluator is killed.
+STRANDING_RUN = """
+import os, signal, time
+from pathlib import Path
+from cudal1.config import SandboxConfig
+from cudal1.eval.process.protocol import Command
+from cudal1.eval.process.sandbox import WorkerProcess
+worker = WorkerProcess(SandboxConfig(call_timeout_s=60))
+source = "import subprocess\\nsubprocess.Popen(['sleep', '600'])\\nclass ModelNew:\\n    pass\\n"
+worker.request(Command.LOAD_CANDIDATE, source=source)
+pid = worker.proc.pid
+children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+worker.suspend()
+print(pid, children[0], flush=True)
+time.sleep(0.5)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_next_run_kills_what_a_killed_runs_worker_left_stopped(tmp_path, monkeypatch):
+    out = subprocess.run(
+        [sys.executable, "-c", STRANDING_RUN],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    worker, child = (int(pid) for pid in out.stdout.split())
+    try:
+        deadline = time.monotonic() + 30
+        while _running(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(worker)
+        assert _running(child), "the worker's own child should still be there, stopped"
+        removed = sandbox.remove_orphaned_sandboxes(tmp_path)
+        assert len(removed) == 1 and not removed[0].exists()
+        deadline = time.monotonic() + 30
+        while _running(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(child), "the stranded child outlived the sweep"
+    finally:
+        for pid in (worker, child):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -38,6 +38,8 @@ class Tolerances(Protocol):
 @dataclass(frozen=True)
 class Comparison:
     ok: bool
+    # NaN where no error could be measured: an output of the wrong type, shape, dtype or device,
+    # or NaN/Inf where the reference is finite (``message`` says which).
     max_abs_err: float
     max_rel_err: float  # worst error in tolerance units
     scale: float  # allowed tolerance units
@@ -71,7 +73,7 @@ def compare_outputs(
     r64vals = ref64["values"] if ref64 is not None else None
     against = "float64" if r64vals is not None else "reference"
     if len(cvals) != len(rvals):
-        return _fail(f"returned {len(cvals)} outputs, the reference returns {len(rvals)}", against)
+        return _fail(f"returned {len(cvals)} outputs; the reference returns {len(rvals)}", against)
     worst_abs, worst_rel, scale = 0.0, 0.0, 1.0
     ratio: float | None = None
     dtype = ""
@@ -85,7 +87,7 @@ def compare_outputs(
             r, c = torch.tensor(r), torch.tensor(c)
         err = _leaf_error(c, r, r64 if isinstance(r64, torch.Tensor) else None, tol, where, min_scale)
         if isinstance(err, str):
-            return _fail(err + _poison_note(c), against, worst_abs, worst_rel)
+            return _fail(err + _poison_note(c), against)  # no error to measure: the message says why
         leaf_abs, leaf_rel, leaf_scale, leaf_ratio = err
         worst_abs, worst_rel = max(worst_abs, leaf_abs), max(worst_rel, leaf_rel / leaf_scale)
         scale = max(scale, leaf_scale)
@@ -103,21 +105,25 @@ def compare_outputs(
 def _check_leaf_type(c: Any, r: Any, ctype: str, cdevice: str, device_type: str, where: str) -> str | None:
     if isinstance(r, torch.Tensor):
         if not isinstance(c, torch.Tensor):
-            return f"{where} is {ctype}, expected a tensor"
+            return f"{where} is a {ctype}; the reference's is a tensor"
         if ctype != "torch.Tensor":
             return f"{where} is a {ctype}, not a plain torch.Tensor"
         if tuple(c.shape) != tuple(r.shape):
-            return f"{where} has shape {tuple(c.shape)}, expected {tuple(r.shape)}"
+            return f"{where} has shape {tuple(c.shape)}; the reference's is {tuple(r.shape)}"
         if c.dtype != r.dtype:
-            return f"{where} has dtype {c.dtype}, expected {r.dtype}"
+            return f"{where} has dtype {_dtype(c.dtype)}; the reference's is {_dtype(r.dtype)}"
         if not cdevice.startswith(device_type):
-            return f"{where} is on {cdevice}, expected {device_type}"
+            return f"{where} is on {cdevice}; the reference's is on {device_type}"
         return None
     if isinstance(r, bool | int | float) and not isinstance(c, bool | int | float):
-        return f"{where} is {ctype}, expected a number"
+        return f"{where} is a {ctype}; the reference's is a number"
     if not isinstance(r, bool | int | float) and c != r:
-        return f"{where} is {c!r}, expected {r!r}"
+        return f"{where} is {c!r}; the reference's is {r!r}"
     return None
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def _leaf_error(
@@ -221,5 +227,6 @@ def _nonfinite_mismatch(c: torch.Tensor, r: torch.Tensor) -> str | None:
     return f"{n} NaN/Inf values where the reference is finite"
 
 
-def _fail(msg: str, against: str, abs_err: float = math.nan, rel_err: float = math.nan) -> Comparison:
-    return Comparison(False, abs_err, rel_err, 1.0, against, msg)
+def _fail(msg: str, against: str) -> Comparison:
+    """A comparison that measured no error (NaN in both fields): ``msg`` says what is wrong."""
+    return Comparison(False, math.nan, math.nan, 1.0, against, msg)

@@ -8,15 +8,27 @@ What is covered:
 - the worker starts with a fresh interpreter (``subprocess``, never ``fork``), in its own session,
   in an empty private directory that is also its HOME, TMPDIR and Triton cache; environment
   variables other than ``SandboxConfig.keep_env`` (API keys among them) are not passed on;
-- core dumps are off, CPU time and (optionally) address space are limited;
+- a worker dies with the evaluator, even one the pool had stopped (SIGSTOP) for a quiet window:
+  on Linux the kernel sends it SIGKILL when the evaluator exits however it exits (``kill -9``
+  included; parent-death signal, set before the worker runs anything), and SIGKILL ends a
+  stopped process too;
+- core dumps are off, CPU time is limited, and a candidate's worker holds at most its memory
+  limit (``memory.py``: RLIMIT_DATA in the worker, its resident memory watched from here): one
+  that allocates past it fails with "memory limit exceeded" at its stage, before the kernel's
+  OOM killer takes a process of the machine;
 - the directory goes when the worker is closed; those of a run killed outright go when the
-  next run on the machine starts its first worker;
+  next run on the machine starts its first worker, and with them any process still running out
+  of them (a compiler the worker had started: see below);
 - replies are decoded with ``wire`` (no pickle), so a worker cannot run code in the evaluator.
 
 What is not covered (needs an OS sandbox such as seccomp/landlock or a container):
 - a candidate can still read files the evaluator's user can read, open sockets, or write
   outside its directory, including into the shared extension build cache under a different
-  source hash. Static checks flag such code; the evaluator never trusts a worker's numbers.
+  source hash. Static checks flag such code; the evaluator never trusts a worker's numbers;
+- the processes a worker starts (its compilers) are not signalled when the evaluator dies: the
+  parent-death signal is per process and cannot be set for them. A running one ends with its
+  build; one stopped for a quiet window at that moment stays stopped until the next run on the
+  machine starts (it finds them by their TMPDIR, which a process may change).
 """
 
 from __future__ import annotations
@@ -36,8 +48,9 @@ import threading
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
+from cudal1.eval.process import launch, memory
 from cudal1.eval.process.protocol import Command, Role
 from cudal1.eval.process.wire import WireError, decode, encode, header
 
@@ -50,6 +63,10 @@ CANDIDATE_ENTRY = "cudal1.eval.process.worker"
 # the next run removes those whose evaluator is gone.
 SANDBOX_NAME = re.compile(r"cudal1-(?:candidate|reference)-(\d+)-")
 _swept = threading.Event()
+# A reply that takes longer than this says so in the log, and again each time as long again,
+# until it comes or its timeout ends the wait (120 s for a call, 600 s for an import): a hung
+# candidate otherwise showed nothing for minutes.
+STILL_WAITING_S = 60.0
 
 
 class SandboxLimits(Protocol):
@@ -57,6 +74,7 @@ class SandboxLimits(Protocol):
 
     @property
     def call_timeout_s(self) -> float: ...
+    # A candidate worker's memory cap (None or 0: none; a pool sets it from the machine).
     @property
     def memory_limit_gb(self) -> float | None: ...
     @property
@@ -74,11 +92,35 @@ def remove_orphaned_sandboxes(root: Path) -> list[Path]:
         match = SANDBOX_NAME.match(path.name)
         if match is None or not path.is_dir() or process_exists(int(match.group(1))):
             continue
-        shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
+    killed = kill_leftovers(removed) if removed else 0
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
     if removed:
-        log.info("removed %d sandbox(es) of killed runs from %s", len(removed), root)
+        also = f", and killed {killed} process(es) started from them" if killed else ""
+        log.info("removed %d sandbox(es) of killed runs from %s%s", len(removed), root, also)
     return removed
+
+
+def kill_leftovers(sandboxes: list[Path]) -> int:
+    """Kill the processes still running out of ``sandboxes`` (their TMPDIR is one of them): what
+    a killed run's workers had started, such as a compiler a quiet window had stopped, which the
+    parent-death signal does not reach (``launch``). Returns how many."""
+    marks = [f"\0TMPDIR={path}\0".encode() for path in sandboxes]
+    killed = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = b"\0" + (entry / "environ").read_bytes()
+        except OSError:  # gone, or another user's
+            continue
+        if any(mark in environ for mark in marks):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGCONT)
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+    return killed
 
 
 def process_exists(pid: int) -> bool:
@@ -92,12 +134,19 @@ def process_exists(pid: int) -> bool:
     return True
 
 
+# How a worker failed: it died, went silent past its timeout, sent garbage, or was killed for
+# holding more than its memory limit.
+WorkerFailure = Literal["died", "timeout", "protocol", "memory"]
+
+
 class WorkerError(RuntimeError):
     """A worker failed: it died, went silent past its timeout, or sent garbage."""
 
-    def __init__(self, message: str, *, kind: str, log_tail: str = "", role: Role = Role.CANDIDATE) -> None:
+    def __init__(
+        self, message: str, *, kind: WorkerFailure, log_tail: str = "", role: Role = Role.CANDIDATE
+    ) -> None:
         super().__init__(message)
-        self.kind = kind  # died | timeout | protocol
+        self.kind = kind
         self.log_tail = log_tail
         self.role = role  # whose worker: a reference worker's failure is the evaluator's
 
@@ -108,6 +157,11 @@ class RemoteError(RuntimeError):
     def __init__(self, error: str, traceback: str) -> None:
         super().__init__(error)
         self.traceback = traceback
+
+
+def _stage_of(what: str) -> str:
+    """The stage a reply to ``what`` (a command, or "start-up") belongs to."""
+    return str(what.stage) if isinstance(what, Command) else what
 
 
 class WorkerProcess:
@@ -124,6 +178,11 @@ class WorkerProcess:
         self.config = config
         self.role = role
         self.cpus = cpus
+        self._parent = os.getpid()
+        # The trusted side's reference worker is not capped: its failure would be the evaluator's.
+        limit = config.memory_limit_gb if role is Role.CANDIDATE else None
+        self.memory_limit = int(limit * memory.GB) if limit else 0
+        self.memory_exceeded = ""  # the verdict, once the watch has killed the worker for it
         if not _swept.is_set():
             _swept.set()
             remove_orphaned_sandboxes(Path(tempfile.gettempdir()))
@@ -132,8 +191,8 @@ class WorkerProcess:
         parent_sock, child_sock = socket.socketpair()
         env = self._environment(extra_env or {})
         with open(self.log_path, "wb") as logf:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", entry, str(child_sock.fileno())],
+            self.proc = launch.popen(
+                args=[sys.executable, "-m", entry, str(child_sock.fileno())],
                 cwd=self.dir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -144,10 +203,14 @@ class WorkerProcess:
                 preexec_fn=self._limits,
             )
         child_sock.close()
+        if self.memory_limit:
+            memory.WATCH.watch(self.proc.pid, self.memory_limit, self._over_memory_limit)
         self.conn = Connection(os.dup(parent_sock.fileno()))
         parent_sock.close()
         self.ready = False
         self.closed = False
+        # How a still-waiting line names what the worker serves (the pool sets it: task, label).
+        self.subject = f"{role} worker"
         # Suspension (``suspend``/``resume``): nested holds, and the seconds spent stopped, which
         # the reply timeouts do not count.
         self._pause_lock = threading.Lock()
@@ -173,15 +236,16 @@ class WorkerProcess:
         return env
 
     def _limits(self) -> None:
+        """In the child, before it runs anything: die with the evaluator, then the limits."""
+        launch.die_with_parent(self._parent)
         if self.cpus:
             os.sched_setaffinity(0, self.cpus)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if self.config.cpu_time_limit_s:
             lim = int(self.config.cpu_time_limit_s)
             resource.setrlimit(resource.RLIMIT_CPU, (lim, lim + 5))
-        if self.config.memory_limit_gb:
-            lim = int(self.config.memory_limit_gb * 2**30)
-            resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+        if self.memory_limit:
+            memory.limit_data(self.memory_limit)
 
     # -- talking ------------------------------------------------------------------------------
     def wait_ready(self, timeout: float | None = None) -> None:
@@ -197,7 +261,7 @@ class WorkerProcess:
         self._send(cmd, args)
         reply = self._receive(timeout if timeout is not None else self.config.call_timeout_s, cmd)
         if not reply.get("ok"):
-            raise RemoteError(str(reply.get("error", "unknown error")), str(reply.get("traceback", "")))
+            raise self._remote_error(reply)
         return reply
 
     def request_raw(self, cmd: Command, timeout: float | None = None, **args: Any) -> bytes:
@@ -213,8 +277,7 @@ class WorkerProcess:
                 f"{self.role} worker sent a bad message: {exc}", kind="protocol", role=self.role
             ) from None
         if not isinstance(head, dict) or not head.get("ok"):
-            err = head.get("error", "unknown error") if isinstance(head, dict) else "non-dict reply"
-            raise RemoteError(str(err), str(head.get("traceback", "")) if isinstance(head, dict) else "")
+            raise self._remote_error(head if isinstance(head, dict) else {"error": "non-dict reply"})
         return data
 
     def send(self, cmd: Command, **args: Any) -> None:
@@ -233,8 +296,24 @@ class WorkerProcess:
     def receive(self, cmd: Command, timeout: float | None = None) -> dict[str, Any]:
         reply = self._receive(timeout if timeout is not None else self.config.call_timeout_s, cmd)
         if not reply.get("ok"):
-            raise RemoteError(str(reply.get("error", "unknown error")), str(reply.get("traceback", "")))
+            raise self._remote_error(reply)
         return reply
+
+    def _remote_error(self, reply: dict[str, Any]) -> RemoteError:
+        """A command's failure as the worker reported it; an allocation its memory limit refused
+        (RLIMIT_DATA) is said to be that, whatever the code that asked for it made of it."""
+        error, tb = str(reply.get("error", "unknown error")), str(reply.get("traceback", ""))
+        if self.memory_limit and memory.ALLOCATION_FAILED.search(error):
+            return RemoteError(memory.refused(self.memory_limit, error.strip().splitlines()[-1][:500]), "")
+        return RemoteError(error, tb)
+
+    def _over_memory_limit(self, held: int) -> None:
+        """The memory watch's call: the worker holds more than its limit. It is killed now; the
+        reply it owes then fails with this verdict (``_died``)."""
+        self.memory_exceeded = memory.exceeded(held, self.memory_limit)
+        log.info("%s: %s", self.subject, self.memory_exceeded)
+        self._signal_group(signal.SIGCONT)
+        self._signal_group(signal.SIGKILL)
 
     def _receive(self, timeout: float, what: str) -> dict[str, Any]:
         data = self._receive_bytes(timeout, what)
@@ -252,7 +331,7 @@ class WorkerProcess:
 
     def _receive_bytes(self, timeout: float, what: str) -> bytes:
         try:
-            if not self._poll(timeout):
+            if not self._poll(timeout, what):
                 self.kill()
                 raise WorkerError(
                     f"{self.role} worker timed out after {timeout:.0f}s during {what}",
@@ -264,20 +343,31 @@ class WorkerProcess:
         except (EOFError, OSError) as exc:
             raise self._died(f"during {what}: {type(exc).__name__}") from None
 
-    def _poll(self, timeout: float) -> bool:
-        """Wait for a reply up to ``timeout`` seconds of time not spent suspended."""
+    def _poll(self, timeout: float, what: str) -> bool:
+        """Wait for a reply up to ``timeout`` seconds of time not spent suspended; every
+        ``STILL_WAITING_S`` of them, a line says what is awaited."""
         start = time.monotonic()
         paused0 = self.paused_s()
+        said = 0
         while True:
-            left = timeout - (time.monotonic() - start) + (self.paused_s() - paused0)
+            waited = time.monotonic() - start - (self.paused_s() - paused0)
+            left = timeout - waited
             if left <= 0:
                 return False
-            if self.conn.poll(min(left, 1.0)):
+            if waited >= (said + 1) * STILL_WAITING_S:
+                said = int(waited // STILL_WAITING_S)
+                log.warning(
+                    "still waiting: %s in %s for %.0f s (limit %.0f s)",
+                    self.subject, _stage_of(what), waited, timeout,
+                )  # fmt: skip
+            if self.conn.poll(min(left, 1.0, STILL_WAITING_S)):
                 return True
 
     def _died(self, context: str) -> WorkerError:
         code = self._wait_exit(2.0)
         self.kill()
+        if self.memory_exceeded:
+            return WorkerError(f"{self.memory_exceeded} ({context})", kind="memory", role=self.role)
         if code is not None and code < 0:
             how = f"killed by signal {signal.Signals(-code).name}"
         elif code is not None:
@@ -347,14 +437,18 @@ class WorkerProcess:
 
     def kill(self) -> None:
         # The whole group, even when the worker itself is gone: a compiler it started may linger.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        # SIGKILL ends a stopped (quiet-window) process too; SIGCONT first all the same, so that
+        # no member of the group is left stopped whatever becomes of the kill.
+        self._signal_group(signal.SIGCONT)
+        self._signal_group(signal.SIGKILL)
+        memory.WATCH.unwatch(self.proc.pid)
         self._wait_exit(5.0)
 
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
+        memory.WATCH.unwatch(self.proc.pid)
         with self._pause_lock:
             if self._holds:
                 self._holds = 0

@@ -19,6 +19,7 @@ import gc
 import importlib.util
 import os
 import sys
+import sysconfig
 import threading
 import time
 import traceback
@@ -39,8 +40,19 @@ from cudal1.schema import Task
 from cudal1.tasks.source import import_task_module
 
 CANDIDATE_FILE = Path("candidate.py")
+# The project's own source files: a failure's traceback leaves their frames out (the worker's
+# command loop is not the candidate's code). Bundled tasks live inside it but are user code.
+_PROJECT = Path(__file__).resolve().parents[2]
+_BUNDLED_TASKS = _PROJECT / "tasks" / "bundled"
+_LIBRARIES = tuple(
+    {Path(sysconfig.get_paths()[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+)
 
 Handler = Callable[..., dict[str, Any]]
+
+
+class CandidateError(Exception):
+    """A candidate's fault that its message states in full: reported without a traceback."""
 
 
 class WorkerServer:
@@ -333,12 +345,17 @@ class CandidateServer(WorkerServer):
         # Per-candidate settings (its build-cache directory) arrive here because spare workers
         # are started before anyone knows which candidate they will get.
         os.environ.update(env or {})
+        if not source.strip():
+            raise CandidateError("the candidate is empty: it defines no class ModelNew")
         rng = state.rng_digest()
         self.threads = ThreadWatch(str(Path.cwd() / CANDIDATE_FILE))
         self.threads.install()
         self.candidate = _import_source(source, "cudal1_candidate", CANDIDATE_FILE)
-        if not isinstance(getattr(self.candidate, "ModelNew", None), type):
-            raise RuntimeError("candidate defines no class ModelNew")
+        model_new = getattr(self.candidate, "ModelNew", None)
+        if model_new is None:
+            raise CandidateError("the candidate defines no class ModelNew")
+        if not isinstance(model_new, type):
+            raise CandidateError(f"the candidate's ModelNew is a {type(model_new).__name__}, not a class")
         return {"rng_changed": state.rng_digest() != rng}
 
     def model_class(self) -> Any:
@@ -493,13 +510,59 @@ def serve(conn: Connection, server: WorkerServer) -> None:
             reply = handlers[cmd](**request)
             reply["ok"] = True
         except BaseException as exc:  # report everything; the evaluator decides what it means
-            tb = traceback.format_exc()
-            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:4000], "traceback": tb[-4000:]}
+            reply = failure_reply(exc)
         conn.send_bytes(encode(reply))
         if name == Command.TIME and reply["ok"]:
             # Second message: hashing a large output is not the candidate's time (the evaluator's
             # clock stopped on the first), and it is the same work for both sides.
             conn.send_bytes(encode({"ok": True, "digest": digests(server.last_output)}))
+
+
+def failure_reply(exc: BaseException) -> dict[str, Any]:
+    """A command's failure: its message, and the traceback of the code that raised it without the
+    worker's own frames (a ``CandidateError`` says everything in its message: no traceback)."""
+    if isinstance(exc, CandidateError):
+        return {"ok": False, "error": str(exc)[:4000], "traceback": ""}
+    return {
+        "ok": False,
+        "error": f"{type(exc).__name__}: {exc}"[:4000],
+        "traceback": user_traceback(exc)[-4000:],
+    }
+
+
+def user_traceback(exc: BaseException) -> str:
+    """``exc`` formatted as Python does (its causes included), with the frames of the project's
+    own files, of the import machinery and of the libraries that called into the user's code
+    left out: what is left is the user's code (the candidate's, the task's) and what it called,
+    ending in the exception's line."""
+    report = traceback.TracebackException.from_exception(exc)
+    seen: set[int] = set()
+    part: traceback.TracebackException | None = report
+    while part is not None and id(part) not in seen:  # the chain of causes; a cycle ends it
+        seen.add(id(part))
+        frames = [f for f in part.stack if not _internal(f.filename)]
+        # Library frames that lead into the user's code (torch's Module.__call__) go too; those
+        # below it (what the user's code called) stay.
+        frames = frames[next((i for i, f in enumerate(frames) if _users(f.filename)), 0) :]
+        for frame in frames:  # the candidate's file by its name, not the sandbox's path
+            if Path(frame.filename).parent == Path.cwd():
+                frame.filename = Path(frame.filename).name
+        part.stack = traceback.StackSummary.from_list(frames)
+        part = part.__cause__ or part.__context__
+    return "".join(report.format())
+
+
+def _users(filename: str) -> bool:
+    """A file of the user's (a candidate, a task): neither the standard library nor a package."""
+    path = Path(filename).resolve()
+    return path.is_relative_to(_BUNDLED_TASKS) or not any(path.is_relative_to(lib) for lib in _LIBRARIES)
+
+
+def _internal(filename: str) -> bool:
+    if filename.startswith("<frozen "):
+        return True
+    path = Path(filename).resolve()
+    return path.is_relative_to(_PROJECT) and not path.is_relative_to(_BUNDLED_TASKS)
 
 
 def main(server: WorkerServer | None = None) -> None:
