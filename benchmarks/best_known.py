@@ -156,6 +156,8 @@ def _measured(name: str, row: CandidateRow | None) -> Measured:
 
 
 def _kept(record: TaskRecord) -> tuple[Measured, str]:
+    if not record.counts.evaluated:  # nothing measured yet: no verdict, not "kept the reference"
+        return Measured("none", None, status="not run"), ""
     measured = record.measured
     if not record.faster or record.best is None or measured is None or measured.timing is None:
         return Measured("reference", 1.0, 1.0, 1.0, origin=REFERENCE_LABEL), ""
@@ -214,7 +216,8 @@ def geomean(values: Sequence[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
-def summarize(comparisons: Sequence[TaskComparison]) -> dict:
+def summarize(all_tasks: Sequence[TaskComparison]) -> dict:
+    comparisons = [c for c in all_tasks if c.kept.speedup is not None]  # tasks measured so far
     kept = [c.kept.speedup or 1.0 for c in comparisons]
     over_compile = [
         (c.kept.speedup or 1.0) / b.speedup
@@ -227,18 +230,25 @@ def summarize(comparisons: Sequence[TaskComparison]) -> dict:
         if c.published.speedup is not None and (b := c.best_compile) is not None and b.speedup
     ]
     return {
-        "tasks": len(comparisons),
+        "tasks": len(all_tasks),
+        "tasks_measured": len(comparisons),
         "kept_geomean_over_eager": geomean(kept),
         "kept_geomean_over_best_compile": geomean(over_compile),
         "published_verified": sum(c.published.speedup is not None for c in comparisons),
         "published_geomean_over_best_compile": geomean(published_over_compile),
+        # the goal is none; a task counts once every competitor has a result
         "kept_below_best_other": [c.task for c in comparisons if not c.kept_holds],
+        "tasks_with_every_competitor": sum(_complete(c) for c in comparisons),
         "composed_wins": [
             {"task": c.task, "chain": c.kept.origin, "speedup": c.kept.speedup}
             for c in comparisons
             if c.composed_win
         ],
     }
+
+
+def _complete(c: TaskComparison) -> bool:
+    return all(m.status != "not run" and m.status != "pending" for m in (*c.compile, c.graph, c.published))
 
 
 def _x(m: Measured | None) -> str:
@@ -269,14 +279,21 @@ def table(comparisons: Sequence[TaskComparison]) -> Table:
             else ""
         )
         other = c.best_other
-        winner = "cudal1" if other is None or (kept.speedup or 0) >= (other.speedup or 0) else other.name
+        winner = (
+            "-"
+            if kept.speedup is None
+            else "cudal1"
+            if other is None or (kept.speedup or 0) >= (other.speedup or 0)
+            else other.name
+        )
         margin = (kept.speedup or 1.0) / other.speedup if other and other.speedup else None
         t.add_row(
             c.task,
             f"{_x(best)} ({_short(best.name)})" if best else "-",
             _x(c.graph),
             _x(c.published),
-            f"{kept.speedup:.2f}{ci}" + ("" if c.kept_holds else " !"),
+            (f"{kept.speedup:.2f}{ci}" if kept.speedup is not None else "not run")
+            + ("" if c.kept_holds else " !"),
             kept.origin[:28],
             f"{winner} {margin:.2f}x" if margin else winner,
         )

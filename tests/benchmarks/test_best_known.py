@@ -82,3 +82,13 @@ def test_the_draw_is_seeded_per_level_and_skips_records_without_a_kernel():
     assert [t.name for t, _ in first] == [t.name for t, _ in again]
     assert [t.level for t, _ in first] == [1, 1, 1, 2, 2, 2]
     assert all(t.name not in ("L1_0", "L2_0") for t, _ in first)
+
+
+def test_a_task_with_nothing_measured_yet_has_no_verdict(db):
+    db.add_candidate(
+        GEMM_TASK, "class ModelNew:\n    PENDING = 1\n", Provenance(backend="baseline"), label="cuda-graph"
+    )
+    record = TaskRecord(GEMM_TASK.name, 1, None, None, None, db.counts(GEMM_TASK.name), 0)
+    c = compare_task(record, [])
+    assert c.kept.speedup is None and c.kept.status == "not run"
+    assert summarize([c])["tasks_measured"] == 0
