@@ -26,6 +26,10 @@ NEW_CODES = {
     "ignores_input_change",
     "shape_specialised",
     "init_inputs_ignored",
+    "input_range_assumed",
+    "default_weights_assumed",
+    "default_weights_unmapped",
+    "probe_skipped",
     "reduced_precision",
     "reference_drift",
 }
@@ -271,3 +275,4 @@ def test_honest_candidate_gets_none_of_the_new_findings(cfg, task_name, template
     assert result.correctness is not None and result.correctness.effective_precision == "float32"
     probes = result.environment.probes
     assert probes["perturbation"]["ok"] and probes["perturbation"]["reference_changed"]
+    assert probes["input_range"]["ok"] and probes["default_weights"].get("ok") is not False

@@ -107,7 +107,7 @@ class ReferenceServer(WorkerServer):
         """Run on stored inputs and keep the outputs (and the float64 twin's) to compare against.
         With ``levels``, also run the model in each floating dtype below the task's and report
         each one's precision ratio: what reduced precision looks like on this task and input;
-        with ``allowed`` (an ``allowance.ReducedOp``), also what those operations at TF32 explain
+        with ``allowed`` (an ``allowance.OPERATIONS`` key), also what those operations at TF32 explain
         (``checks.allowance``), kept for the comparison, its level reported as ``allowed``."""
         model = self.model_in(slot)
         model64 = self.model64 if slot == "main" else self.slots64.get(slot)

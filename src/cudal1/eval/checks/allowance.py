@@ -35,8 +35,8 @@ candidate folded a scale or a norm into) rounds other numbers and lands on no tw
 candidate keeps that convolution at fp32 (``torch.backends.cudnn.flags(allow_tf32=False)``); a
 reduced precision that is not TF32 (an fp16 convolution), or one rounding for some calls and the
 other for the rest, lands on no twin either. Beyond ``MAX_SEARCH_CALLS`` allowed calls (deep
-convolutional networks) only the strict and all-TF32 twins are tried, and a candidate near
-neither is judged by the size of its error (``Allowance.level``), which cannot tell a TF32 matmul
+convolutional networks) only the strict, the all-TF32 and the reference's own twins are tried,
+and a candidate near none of them is judged by the size of its error (``Allowance.level``), which cannot tell a TF32 matmul
 from a TF32 convolution. Where the reference itself picked TF32 algorithms, its own error is
 TF32's, and a TF32 matmul beside them may not stand out of that by size.
 """
@@ -57,7 +57,6 @@ from cudal1.eval.checks.compare import precision_ratio
 from cudal1.eval.process.wire import flatten_outputs
 
 Rounding = Literal["nearest", "truncate"]
-ReducedOp = Literal["convolution"]
 
 # The operations each allowance covers; F.conv2d is torch.conv2d, and nn.Conv* calls it.
 OPERATIONS: dict[str, frozenset[Callable[..., Any]]] = {
