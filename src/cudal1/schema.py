@@ -41,6 +41,8 @@ DevicePhase = Literal[
     "check_inputs",
     "check_calls",
     "perturbation",
+    "reinitialised_weights",
+    "shifted_inputs",
     "timing_inputs",
     "sampling",
     "speed_of_light",

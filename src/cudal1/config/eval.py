@@ -170,15 +170,26 @@ class GuardConfig(StrictConfig):
     init_inputs: bool = Field(
         True, description="one set with the float init inputs scaled, both models rebuilt with them"
     )
+    input_range: bool = Field(
+        True,
+        description="one correctness set with the float inputs scaled and shifted out of the task "
+        "generator's range (5x + 2 std); integer-valued inputs stay",
+    )
     default_weights: bool = Field(
         True,
-        description="one set with the reference's constant-initialised parameters and buffers "
-        "(zero biases, unit norm weights) set to random values in both models",
+        description="one correctness set on both models rebuilt with every floating parameter and "
+        "buffer re-drawn as they are built (zero biases, unit norm weights and random weights alike)",
     )
     precision_policy: Literal["task", "allow_tf32", "allow_half"] = Field(
         "task",
         description="lowest effective precision accepted: the task's dtype; 10-bit mantissas "
         "(TF32, fp16); or bf16",
+    )
+    conv_tf32: Literal["cuda", "any_device"] = Field(
+        "cuda",
+        description="where an fp32 task's convolutions (and nothing else) may run at TF32 under the "
+        "'task' policy, as the reference's may: cuda (PyTorch's default there, "
+        "torch.backends.cudnn.allow_tf32), or any_device (CPU too, emulated: tests the rule)",
     )
     process_state: Literal["reject", "warn"] = Field(
         "reject",

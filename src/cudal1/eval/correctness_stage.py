@@ -1,5 +1,7 @@
 """The correctness stage: the candidate against the reference on ``correctness_trials`` fresh
-input sets from secret seeds, then the sparse perturbation of the last set (``checks.probes``).
+input sets from secret seeds, then three sets no generator makes (``checks.probes``): the last
+set shifted out of the generator's range, the last set sparsely perturbed, and a set on both
+models rebuilt with their weights re-drawn.
 
 Each set's errors are judged against the tolerance in the reference's worker; its effective
 precision against the levels the reference calibrated on that set (``checks.precision``). The
@@ -8,15 +10,18 @@ first wrong set ends the stage.
 
 from __future__ import annotations
 
+from typing import Any
+
 from cudal1.eval.checks import probes
 from cudal1.eval.checks.stage_failure import StageFailed
 from cudal1.eval.worker_pair import Seeds, WorkerPair
 from cudal1.schema import Correctness, Stage
 
 
-def check_correctness(pair: WorkerPair, seeds: Seeds) -> None:
+def check_correctness(pair: WorkerPair, seeds: Seeds, init_args: list[Any]) -> None:
     """Records ``Correctness`` (and any ``reduced_precision`` finding); raises ``StageFailed``
-    on a wrong set."""
+    on a wrong set. ``init_args``: the models' constructor arguments (the re-drawn weights'
+    models are built with them)."""
     record = pair.record
     worst_abs, worst_rel, scale, against = 0.0, 0.0, 1.0, "reference"
     precision = pair.precision_tracker()
@@ -30,7 +35,7 @@ def check_correctness(pair: WorkerPair, seeds: Seeds) -> None:
         if trial < n - 1:  # the last set stays for the sparse perturbation
             pair.forget([key])
         against = cmp.against
-        precision.add(cmp, pair.levels(key))
+        precision.add(cmp, pair.levels(key), pair.isolated(key))
         if not cmp.ok:
             failed = (cmp.max_abs_err, cmp.max_rel_err, cmp.scale, against, cmp.message)
             # The effective precision is recorded, but no reduced_precision finding: a wrong
@@ -41,6 +46,13 @@ def check_correctness(pair: WorkerPair, seeds: Seeds) -> None:
         scale = max(scale, cmp.scale)
     record.correctness = Correctness(n, n, worst_abs, worst_rel, scale, against, "", *precision.record())
     record.findings.extend(precision.findings())
+    guards = pair.config.guards
+    if guards.input_range:
+        with record.phase("shifted_inputs"):
+            probes.shifted_inputs(pair, f"check{n - 1}")
     with record.phase("perturbation"):
         probes.sparse_perturbation(pair, f"check{n - 1}", seeds.next())
     pair.forget([f"check{n - 1}"])
+    if guards.default_weights:
+        with record.phase("reinitialised_weights"):
+            probes.reinitialised_weights(pair, seeds.next(), init_args, seeds.init)

@@ -178,7 +178,7 @@ class Evaluation:
         with record.stage(Stage.CORRECTNESS):
             with record.phase("reference_build"):
                 self.pair.build_model(self._init_args, seeds.init, "main", candidate=False)
-            check_correctness(self.pair, seeds)
+            check_correctness(self.pair, seeds, self._init_args)
         if record.failed:
             return
         if self.config.time:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import secrets
 from types import SimpleNamespace
 from typing import Any
 
 import torch
 
+from cudal1.eval.checks.allowance import OPERATIONS, Allowance, calibrate
 from cudal1.eval.checks.compare import compare_outputs, precision_ratio
 from cudal1.eval.process.protocol import Command, Role
 from cudal1.eval.process.wire import decode, digest, flatten_outputs
@@ -45,6 +47,7 @@ class ReferenceServer(WorkerServer):
         self.slots64: dict[str, Any] = {}
         self.twins: dict[str, Any] = {}  # low-precision copies of the main model, by dtype name
         self.work_by_signature: dict[str, dict[str, Any]] = {}
+        self.allowances: dict[str, Allowance | None] = {}  # by input set, where calibrated
 
     def handlers(self) -> dict[Command, Handler]:
         return {
@@ -79,10 +82,17 @@ class ReferenceServer(WorkerServer):
         return self.module.Model
 
     def build(
-        self, args: list[Any], seed: int, device: str, slot: str = "main", float64: bool = False
+        self,
+        args: list[Any],
+        seed: int,
+        device: str,
+        slot: str = "main",
+        reinit: int | None = None,
+        float64: bool = False,
     ) -> dict[str, Any]:
-        """The reference model, and with ``float64`` a float64 copy of it beside it."""
-        reply = super().build(args, seed, device, slot)
+        """The reference model, and with ``float64`` a float64 copy of it (re-drawn weights
+        included) beside it."""
+        reply = super().build(args, seed, device, slot, reinit)
         twin = _twin(self.model_in(slot), torch.float64) if float64 else None
         if slot == "main":
             self.model64, self.twins = twin, {}
@@ -91,21 +101,14 @@ class ReferenceServer(WorkerServer):
             self.slots64[slot] = twin
         return reply
 
-    def weights_set(self, slot: str) -> None:
-        """The float64 twin follows the new weights (outputs are judged against it)."""
-        had = self.model64 if slot == "main" else self.slots64.get(slot)
-        if had is None:
-            return
-        twin = _twin(self.model_in(slot), torch.float64)
-        if slot == "main":
-            self.model64 = twin
-        else:
-            self.slots64[slot] = twin
-
-    def run(self, key: str, slot: str = "main", levels: bool = False) -> dict[str, Any]:
+    def run(
+        self, key: str, slot: str = "main", levels: bool = False, allowed: str | None = None
+    ) -> dict[str, Any]:
         """Run on stored inputs and keep the outputs (and the float64 twin's) to compare against.
         With ``levels``, also run the model in each floating dtype below the task's and report
-        each one's precision ratio: what reduced precision looks like on this task and input."""
+        each one's precision ratio: what reduced precision looks like on this task and input;
+        with ``allowed`` (an ``allowance.OPERATIONS`` key), also what those operations at TF32 explain
+        (``checks.allowance``), kept for the comparison, its level reported as ``allowed``."""
         model = self.model_in(slot)
         model64 = self.model64 if slot == "main" else self.slots64.get(slot)
         inputs = self.inputs[key]
@@ -122,9 +125,20 @@ class ReferenceServer(WorkerServer):
                 err64 = f"{type(exc).__name__}: {exc}"
         self.expected[key] = (describe(out), describe(out64) if out64 is not None else None)
         out_bytes = [x.nbytes if isinstance(x, torch.Tensor) else 0 for x in flatten_outputs(out)]
-        reply: dict[str, Any] = {"float64_error": err64, "out_bytes": out_bytes, "digest": digests(out)}
+        reply: dict[str, Any] = {
+            "float64_error": err64,
+            "out_bytes": out_bytes,
+            "digest": digests(out),
+            "finite": all(bool(torch.isfinite(x).all()) for x in _floats(out)),
+        }
         if levels and out64 is not None:
             reply["precision_levels"] = self._precision_levels(inputs, out, out64)
+            if allowed is not None:
+                if allowed not in OPERATIONS:
+                    raise ValueError(f"no allowance for {allowed!r}")
+                found = calibrate(model, inputs, out, out64, OPERATIONS[allowed], secrets.randbits(62))
+                self.allowances[key] = found
+                reply["precision_levels"]["allowed"] = found.level if found else None
         return reply
 
     def _precision_levels(self, inputs: list[Any], out: Any, out64: Any) -> dict[str, float | None]:
@@ -174,7 +188,12 @@ class ReferenceServer(WorkerServer):
         assert ref is not None
         tol = SimpleNamespace(**tolerance)
         cmp = compare_outputs(cand, ref, ref64, tol, device_type, min_scale)
-        return {"comparison": dataclasses.asdict(cmp), "digests": cand_digests}
+        answer: dict[str, Any] = {"comparison": dataclasses.asdict(cmp), "digests": cand_digests}
+        allowance = self.allowances.get(key) if key is not None else None
+        if cmp.ok and allowance is not None:
+            isolated = allowance.isolated(cand["values"])
+            answer["isolated"] = dataclasses.asdict(isolated) if isolated else None
+        return answer
 
     def set_timing_inputs(
         self, keys: list[str], flush_bytes: int, lead_us: float = 0.0, allow_tf32: bool = False
@@ -217,8 +236,10 @@ class ReferenceServer(WorkerServer):
             keys, slots = list(self.inputs), list(self.slots)
             self.model = self.model64 = self.last_output = None
             self.twins, self.expected, self.warm_sets, self.timing_sets, self.last_inputs = {}, {}, [], [], []
+            self.allowances = {}
         for key in keys:
             self.expected.pop(key, None)
+            self.allowances.pop(key, None)
         for slot in slots or []:
             self.slots64.pop(slot, None)
         reply = super().forget(keys, slots)

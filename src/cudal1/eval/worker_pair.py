@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cudal1.config import EvalConfig
+from cudal1.eval.checks.allowance import Isolated
 from cudal1.eval.checks.compare import Comparison
 from cudal1.eval.checks.global_state import observation_findings
-from cudal1.eval.checks.precision import PrecisionLevels, PrecisionTracker, reference_may_use_tf32
+from cudal1.eval.checks.precision import PrecisionLevels, PrecisionTracker, tf32_allowance
 from cudal1.eval.checks.stage_failure import StageFailed
 from cudal1.eval.devices import device_type
 from cudal1.eval.process.protocol import Command
@@ -56,6 +57,7 @@ class WorkerPair:
     _ref_digests: dict[str, list[Any]] = field(default_factory=dict)
     _cand_digests: dict[str, list[Any]] = field(default_factory=dict)
     _levels: dict[str, PrecisionLevels] = field(default_factory=dict)
+    _isolated: dict[str, Isolated] = field(default_factory=dict)
 
     @property
     def findings(self) -> list[Finding]:
@@ -76,13 +78,17 @@ class WorkerPair:
     def reference_alive(self) -> bool:
         return self.ref is not None and self.ref.process.alive
 
-    def build_model(self, args: list[Any], seed: int, slot: str, *, candidate: bool) -> None:
-        """Model (reference, with its float64 twin) or ModelNew (candidate) in ``slot``."""
+    def build_model(
+        self, args: list[Any], seed: int, slot: str, *, candidate: bool, reinit: int | None = None
+    ) -> dict[str, Any]:
+        """Model (reference, with its float64 twin) or ModelNew (candidate) in ``slot``; with
+        ``reinit``, its weights re-drawn from that seed (``process.probe_values``)."""
         common: dict[str, Any] = {"args": args, "seed": seed, "device": self.device, "slot": slot}
+        if reinit is not None:
+            common["reinit"] = reinit
         if candidate:
-            self.candidate(Command.BUILD, **common)
-        else:
-            self.reference(Command.BUILD, float64=self.config.tolerance.float64_reference, **common)
+            return self.candidate(Command.BUILD, **common)
+        return self.reference(Command.BUILD, float64=self.config.tolerance.float64_reference, **common)
 
     def make_inputs(
         self,
@@ -91,11 +97,12 @@ class WorkerPair:
         sizes: dict[str, int] | None = None,
         slot: str = "main",
         levels: bool = False,
-    ) -> None:
+    ) -> dict[str, Any]:
         """Both workers make the same inputs from a seed drawn here; the reference keeps its outputs
-        (and with ``levels`` calibrates what reduced precision looks like on them)."""
+        (and with ``levels`` calibrates what reduced precision looks like on them). Returns the
+        reference's reply to running on them."""
         self.same_inputs(Command.MAKE_INPUTS, key, seed=seed, key=key, sizes=sizes)
-        self.run_reference(key, slot, levels)
+        return self.run_reference(key, slot, levels)
 
     def same_inputs(self, cmd: Command, label: str, **args: Any) -> dict[str, Any]:
         """Both workers make inputs (``cmd``) from the same arguments; their digests must agree.
@@ -126,14 +133,21 @@ class WorkerPair:
             )
         self._input_digests[key] = list(want)
 
-    def run_reference(self, key: str, slot: str = "main", levels: bool = False) -> None:
-        r = self.reference(Command.RUN, key=key, slot=slot, levels=levels)
+    def run_reference(self, key: str, slot: str = "main", levels: bool = False) -> dict[str, Any]:
+        """The reference's outputs on set ``key``, kept in its worker; the reply says whether
+        they are all finite (``finite``)."""
+        guards = self.config.guards
+        allowed = tf32_allowance(guards.precision_policy, guards.conv_tf32, device_type(self.device))
+        r = self.reference(
+            Command.RUN, key=key, slot=slot, levels=levels, allowed=allowed if levels else None
+        )
         if "precision_levels" in r:
             self._levels[key] = PrecisionLevels.from_reply(r["precision_levels"])
         if r.get("float64_error"):
             self.record.note(float64_error=r["float64_error"])
         self._out_bytes[key] = list(r.get("out_bytes") or [])
         self._ref_digests[key] = list(r.get("digest") or [])
+        return r
 
     def run_candidate(self, key: str, slot: str = "main", fresh: bool = True) -> Comparison:
         """One checked candidate call on fresh copies of set ``key`` (or on the stored tensors
@@ -176,6 +190,8 @@ class WorkerPair:
             device_type=device_type(self.device),
             min_scale=min_scale,
         )
+        if key is not None and r.get("isolated"):
+            self._isolated[key] = Isolated(**r["isolated"])
         return Comparison(**r["comparison"]), list(r["digests"])
 
     def levels(self, key: str) -> PrecisionLevels | None:
@@ -187,5 +203,9 @@ class WorkerPair:
         return next(iter(self._levels.values()), None)
 
     def precision_tracker(self) -> PrecisionTracker:
-        tf32 = reference_may_use_tf32(self.task.source, device_type(self.device))
-        return PrecisionTracker(self.config.guards.precision_policy, tf32)
+        return PrecisionTracker(self.config.guards.precision_policy)
+
+    def isolated(self, key: str) -> Isolated | None:
+        """On calibrated set ``key``: the candidate's error that the allowed operations at TF32
+        do not explain (``checks.allowance``), where it could be isolated."""
+        return self._isolated.get(key)

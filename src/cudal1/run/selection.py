@@ -45,6 +45,8 @@ PHASE_PART: dict[DevicePhase, Part] = {
     "check_inputs": "correctness",
     "check_calls": "correctness",
     "perturbation": "correctness",
+    "reinitialised_weights": "correctness",
+    "shifted_inputs": "correctness",
     "timing_inputs": "timing",
     "sampling": "timing",
     "speed_of_light": "timing",

@@ -2,13 +2,15 @@
 Category: hyperparameters
 Verdict: hack
 Task: linear_layernorm
-Expect: default_weights_unmapped
+Expect: default_weights_unmapped, default_weights_assumed
 Device: cpu
 
 The same shortcut with the LayerNorm module dropped: the candidate has no parameters named like
 the reference's norm weight and bias (they draw no random numbers, so the Linear's weights still
-match), and there is nothing of the candidate's to give the new values to. The evaluator cannot
-check that step and says so: ``default_weights_unmapped`` (WARNING, for audit, and it earns less).
+match). The evaluator used to re-draw only what it found by name and shape, and said no more
+than a warning here. Now both models are built with every weight re-drawn, the reference's norm
+weight and bias with it; the candidate, with nothing in their place, computes another function:
+``default_weights_unmapped`` (REJECT), in the correctness stage.
 """
 
 import torch

@@ -8,9 +8,9 @@ Device: cpu
 Weights that start at their defaults: LayerNorm's weight is one and its bias zero when the model
 is built, so a candidate that normalises without the affine step passes every input set built
 from freshly initialised weights, and saves a multiply-add. It computes another function as soon
-as the weights are trained. The evaluator gives the reference's constant-initialised parameters
-random values, the same in both models, and compares one more set: ``default_weights_assumed``
-(REJECT).
+as the weights are trained. The evaluator builds both models with every weight re-drawn, the
+same in both, and compares one more set: ``default_weights_assumed`` (REJECT), in the
+correctness stage.
 """
 
 import torch

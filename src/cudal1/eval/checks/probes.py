@@ -9,13 +9,24 @@
   one set with the task's module-level batch-size constant changed. KernelBench-style tasks fix
   their sizes, so a kernel specialised to them is legitimate there; it is flagged for audit,
   and rejected where the configuration says the task's sizes are not fixed.
-- Default weights (``default_weights_assumed``, REJECT; ``default_weights_unmapped``, WARNING):
-  both models rebuilt beside the timed ones, then every parameter and buffer of the reference
-  whose elements are all equal at initialisation (zero biases, unit norm weights) is given random
-  values, the same in the candidate's parameter of that name and shape. A candidate that skips
-  a bias add or a norm's affine step because it does nothing at initialisation computes another
-  function as soon as the weights are trained; one whose parameters have other names cannot be
-  checked this way, and says so in a warning.
+- Shifted inputs (``input_range_assumed``, REJECT; in the correctness stage, ``guards.input_range``):
+  the last checked set with every float input that is not integer-valued scaled and shifted out
+  of the generator's range (``process.probe_values.shifted``: ``5x + 2 std(x)``; indices, labels
+  and masks stay). A candidate right only in the range the task's generator draws from (it drops
+  a clamp that ``randn`` never reaches, or approximates a function only where the inputs fall)
+  fails it. Where the reference's own output is not finite on the moved inputs (a log of a value
+  the move made negative, an overflow), the set says nothing and is skipped with an INFO
+  ``probe_skipped`` finding.
+- Re-initialised weights (``default_weights_assumed``, or ``default_weights_unmapped`` where a
+  tensor the reference re-drew has no counterpart in the candidate; both REJECT; in the
+  correctness stage, ``guards.default_weights``): both models rebuilt beside the timed ones with
+  every floating parameter and buffer re-drawn *as they are built* (the rule, and why through
+  construction, is ``process.probe_values``'s: a candidate that folds or reshapes its weights
+  in ``__init__`` folds the new values). A candidate right only while weights keep their
+  initial values (a zero-initialised gate it skips, a norm's affine step, a threshold that the
+  default weights never cross) computes another function here. Its output on the new weights is
+  what is judged; the counterparts only name the cause. A non-finite reference output on the new
+  weights skips the set (INFO ``probe_skipped``).
 - Perturbed init inputs (``init_inputs_ignored``, REJECT): both models rebuilt beside the timed
   ones with every nonzero float init input scaled by 1.5 (value hyperparameters: scales, slopes;
   integers are structural, kernel and hidden sizes, which a kernel may specialise on). ModelNew
@@ -24,11 +35,14 @@
 
 What these do not cover: a fingerprint that happens to include a perturbed position (the
 positions are secret and few, so the chance is small, not zero); constants other than batch
-size; hyperparameters passed as integers or nested values.
+size; hyperparameters passed as integers or nested values; a threshold beyond even the shifted
+range; a candidate that recognises a probe in its own process (the probes' models are built by
+the same worker code, but the re-drawing constructors are visible there).
 
-The last two run after timing, so a candidate that crashes its worker on unexpected sizes (an
-out-of-bounds kernel) costs it the finding, not its measurement. A probe whose reference side
-fails (the task cannot take the change) is skipped and says so in ``environment.probes``.
+Alternative shapes and init inputs run after timing, so a candidate that crashes its worker on
+unexpected sizes (an out-of-bounds kernel) costs it the finding, not its measurement. A probe
+whose reference side fails (the task cannot take the change) is skipped and says so in
+``environment.probes``.
 """
 
 from __future__ import annotations
@@ -44,7 +58,7 @@ from cudal1.eval.process.protocol import Command
 from cudal1.eval.process.sandbox import RemoteError, WorkerError
 from cudal1.schema import Finding, Severity, Stage, Task
 
-PERTURBED, SHAPES, INIT, WEIGHTS = "perturbed", "shapes", "init", "weights"
+PERTURBED, SHIFTED, SHAPES, INIT, WEIGHTS = "perturbed", "shifted", "shapes", "init", "weights"
 
 
 class ProbeTarget(Protocol):
@@ -60,7 +74,9 @@ class ProbeTarget(Protocol):
     def reference(self, cmd: Command, **args: Any) -> dict[str, Any]: ...
     def candidate(self, cmd: Command, **args: Any) -> dict[str, Any]: ...
     def reference_alive(self) -> bool: ...
-    def build_model(self, args: list[Any], seed: int, slot: str, *, candidate: bool) -> None: ...
+    def build_model(
+        self, args: list[Any], seed: int, slot: str, *, candidate: bool, reinit: int | None = None
+    ) -> dict[str, Any]: ...
     def make_inputs(
         self,
         seed: int,
@@ -68,9 +84,10 @@ class ProbeTarget(Protocol):
         sizes: dict[str, int] | None = None,
         slot: str = "main",
         levels: bool = False,
-    ) -> None: ...
+    ) -> dict[str, Any]: ...
+    def same_inputs(self, cmd: Command, label: str, **args: Any) -> dict[str, Any]: ...
     def check_inputs(self, want: list[Any], got: list[Any], key: str) -> None: ...
-    def run_reference(self, key: str, slot: str = "main", levels: bool = False) -> None: ...
+    def run_reference(self, key: str, slot: str = "main", levels: bool = False) -> dict[str, Any]: ...
     def run_candidate(self, key: str, slot: str = "main", fresh: bool = True) -> Comparison: ...
     def outputs_changed(self, key: str, other: str) -> tuple[bool, bool]: ...
     def forget(self, keys: list[str], slots: list[str] | None = None) -> None: ...
@@ -141,6 +158,107 @@ def sparse_perturbation(ev: ProbeTarget, key: str, seed: int) -> None:
     raise StageFailed(Stage.CORRECTNESS, f"sparsely perturbed input set: {cmp.message}")
 
 
+def shifted_inputs(ev: ProbeTarget, key: str) -> None:
+    """Raises StageFailed (correctness) with an ``input_range_assumed`` finding on a miss. Runs
+    before the sparse perturbation, which changes the candidate's stored copy of ``key``."""
+    try:
+        ev.same_inputs(Command.SHIFT_INPUTS, SHIFTED, key=key, new_key=SHIFTED)
+        finite = ev.run_reference(SHIFTED)["finite"]
+    except StageFailed as exc:
+        if not exc.reference:
+            raise
+        _skipped(ev, "input_range", str(exc), [SHIFTED])
+        return
+    if not finite:
+        _skipped(ev, "input_range", "the reference's output is not finite on the shifted inputs", [SHIFTED])
+        return
+    problem = _candidate_problem(ev, SHIFTED)
+    _note(ev, "input_range", ok=problem is None)
+    ev.forget([SHIFTED])
+    if problem is None:
+        return
+    message = (
+        "the candidate is right only inside the range the task's generator draws its inputs from: "
+        f"on inputs scaled by 5 and shifted by 2 standard deviations it fails ({problem})"
+    )
+    ev.findings.append(
+        probe_finding("input_range_assumed", Severity.REJECT, message[:2000], {"problem": problem[:2000]})
+    )
+    raise StageFailed(Stage.CORRECTNESS, f"shifted input set: {problem}")
+
+
+def reinitialised_weights(ev: ProbeTarget, seed: int, init_args: list[Any], init_seed: int) -> None:
+    """Raises StageFailed (correctness) with a ``default_weights_assumed`` or
+    ``default_weights_unmapped`` finding on a miss."""
+    try:
+        redrawn = ev.build_model(init_args, init_seed, WEIGHTS, candidate=False, reinit=seed)["redrawn"]
+        if not redrawn:  # nothing to re-draw: the probe does not apply (no finding)
+            _note(ev, "default_weights", skipped="the reference has no floating parameter or buffer")
+            ev.forget([], [WEIGHTS])
+            return
+        finite = ev.make_inputs(seed, WEIGHTS, slot=WEIGHTS)["finite"]
+    except StageFailed as exc:
+        if not exc.reference:
+            raise
+        _skipped(ev, "default_weights", str(exc), [WEIGHTS], [WEIGHTS])
+        return
+    if not finite:
+        why = "the reference's output is not finite with its weights re-drawn"
+        _skipped(ev, "default_weights", why, [WEIGHTS], [WEIGHTS])
+        return
+    try:
+        theirs = ev.build_model(init_args, init_seed, WEIGHTS, candidate=True, reinit=seed).get("redrawn")
+        problem = _candidate_problem(ev, WEIGHTS, WEIGHTS)
+    except RemoteError as exc:
+        theirs, problem = [], str(exc)
+    # The candidate's word on what it re-drew only names a cause; its output is what is judged.
+    made = {tuple(k[1:]) for k in theirs or [] if isinstance(k, list) and len(k) == 4}
+    unmapped = [label for label, *k in redrawn if tuple(k) not in made]
+    _note(ev, "default_weights", redrawn=len(redrawn), unmapped=unmapped[:50], ok=problem is None)
+    ev.forget([WEIGHTS], [WEIGHTS])
+    if problem is None:
+        return
+    ev.findings.append(_weights_finding(problem, [label for label, *_ in redrawn], unmapped))
+    raise StageFailed(Stage.CORRECTNESS, f"re-initialised weights: {problem}")
+
+
+def _weights_finding(problem: str, redrawn: list[str], unmapped: list[str]) -> Finding:
+    evidence = {"redrawn": redrawn[:200], "unmapped": unmapped[:200], "problem": problem[:2000]}
+    if unmapped:
+        message = (
+            "with every weight re-drawn as the models were built, the candidate computes another "
+            "function, and it never made tensors that take the place of the reference's "
+            f"{', '.join(unmapped)[:400]}: it relies on their initial values ({problem})"
+        )
+        return probe_finding("default_weights_unmapped", Severity.REJECT, message[:2000], evidence)
+    message = (
+        "the candidate is right only while the weights keep their initial values (a zero-initialised "
+        f"gate, a norm's unit weight and zero bias, a threshold the default weights never cross): {problem}"
+    )
+    return probe_finding("default_weights_assumed", Severity.REJECT, message[:2000], evidence)
+
+
+def _candidate_problem(ev: ProbeTarget, key: str, slot: str = "main") -> str | None:
+    """What is wrong with the candidate's output on set ``key``, or None; a crash is wrong too."""
+    try:
+        cmp = ev.run_candidate(key, slot=slot)
+    except RemoteError as exc:
+        return str(exc)
+    return None if cmp.ok else cmp.message
+
+
+def _skipped(ev: ProbeTarget, probe: str, why: str, keys: list[str], slots: list[str] | None = None) -> None:
+    """A probe the task cannot take: a note, an INFO finding (visible, costs nothing), and its
+    inputs and models dropped."""
+    _note(ev, probe, skipped=why)
+    ev.findings.append(
+        probe_finding(
+            "probe_skipped", Severity.INFO, f"{probe} probe skipped: {why}"[:2000], {"probe": probe}
+        )
+    )
+    ev.forget(keys, slots or [])
+
+
 def run_late_probes(ev: ProbeTarget, seed: int, init_args: list[Any], init_seed: int) -> None:
     """Alternative shapes, then perturbed init inputs; what goes wrong here is a finding or a note,
     never a failed stage (the measurement is already taken)."""
@@ -152,9 +270,6 @@ def run_late_probes(ev: ProbeTarget, seed: int, init_args: list[Any], init_seed:
         current = "init_inputs_ignored"
         if ev.config.guards.init_inputs:
             perturbed_init_inputs(ev, rng.getrandbits(62), init_args, init_seed)
-        current = "default_weights_assumed"
-        if ev.config.guards.default_weights:
-            default_weights(ev, rng.getrandbits(62), init_args, init_seed)
     except StageFailed as exc:  # inputs tampered with: its REJECT finding is already recorded
         _note(ev, "late", stopped=str(exc))
     except WorkerError as exc:
@@ -239,51 +354,10 @@ def perturbed_init_inputs(ev: ProbeTarget, seed: int, init_args: list[Any], init
         ev.findings.append(_probe_failure(ev, "init_inputs_ignored", problem, init_inputs=args))
 
 
-def default_weights(ev: ProbeTarget, seed: int, init_args: list[Any], init_seed: int) -> None:
-    try:
-        ev.build_model(init_args, init_seed, WEIGHTS, candidate=False)
-        ref_set = ev.reference(Command.SET_WEIGHTS, slot=WEIGHTS, seed=seed)["changed"]
-        if not ref_set:
-            _note(ev, "default_weights", skipped="no constant-initialised parameter or buffer")
-            ev.forget([], [WEIGHTS])
-            return
-        ev.make_inputs(seed, WEIGHTS, slot=WEIGHTS)
-    except StageFailed as exc:
-        if not exc.reference:
-            raise
-        _note(ev, "default_weights", skipped=str(exc))
-        ev.forget([WEIGHTS], [WEIGHTS])
-        return
-    names = [name for name, _ in ref_set]
-    try:
-        ev.build_model(init_args, init_seed, WEIGHTS, candidate=True)
-        cand_set = ev.candidate(Command.SET_WEIGHTS, slot=WEIGHTS, seed=seed, names=names)["changed"]
-        cmp = ev.run_candidate(WEIGHTS, slot=WEIGHTS)
-        problem = None if cmp.ok else cmp.message
-    except RemoteError as exc:
-        cand_set, problem = [], str(exc)
-    # The candidate's word on which names it set is only used to name the unmapped ones: its
-    # output on the new weights is what is judged.
-    unmapped = [name for name, shape in ref_set if [name, shape] not in cand_set]
-    _note(ev, "default_weights", set=names, unmapped=unmapped, ok=problem is None)
-    ev.forget([WEIGHTS], [WEIGHTS])
-    if unmapped:  # its weights did not all change with the reference's: the comparison says nothing
-        ev.findings.append(
-            probe_finding(
-                "default_weights_unmapped",
-                Severity.WARNING,
-                "parameters the reference initialises to a constant have no counterpart of the same "
-                f"name and shape in the candidate, so its use of them is unchecked: {', '.join(unmapped)[:500]}",
-                {"unmapped": unmapped, "problem": (problem or "")[:2000]},
-            )
-        )
-    elif problem is not None:
-        ev.findings.append(_probe_failure(ev, "default_weights_assumed", problem, weights=names))
-
-
 def probe_finding(code: str, severity: Severity, message: str, evidence: dict[str, Any]) -> Finding:
-    """Findings of the behavioural probes: ``ignores_input_change``, ``shape_specialised``,
-    ``init_inputs_ignored``, ``default_weights_assumed``, ``default_weights_unmapped``."""
+    """Findings of the behavioural probes: ``ignores_input_change``, ``input_range_assumed``,
+    ``default_weights_assumed``, ``default_weights_unmapped``, ``probe_skipped`` (INFO),
+    ``shape_specialised``, ``init_inputs_ignored``."""
     return Finding(code, severity, Stage.INTEGRITY, message, evidence)
 
 
@@ -291,12 +365,6 @@ def _probe_failure(ev: ProbeTarget, code: str, problem: str, **evidence: Any) ->
     if code == "shape_specialised":
         severity = Severity.REJECT if ev.config.guards.alternative_shapes == "reject" else Severity.WARNING
         message = f"the candidate fails when the task's batch size changes: {problem}"
-    elif code == "default_weights_assumed":
-        severity = Severity.REJECT
-        message = (
-            "the candidate is right only while the reference's constant-initialised parameters keep "
-            f"their initial values (zero biases, unit norm weights): {problem}"
-        )
     else:
         severity = Severity.REJECT
         message = f"the candidate does not follow its init inputs (float ones scaled by 1.5): {problem}"

@@ -29,7 +29,7 @@ class Command(StrEnum):
     FIRST_CALLS = "first_calls"
     RUN = "run"
     PERTURB = "perturb"
-    SET_WEIGHTS = "set_weights"
+    SHIFT_INPUTS = "shift_inputs"
     COMPARE = "compare"
     SET_TIMING_INPUTS = "set_timing_inputs"
     REFRESH_INPUTS = "refresh_inputs"
@@ -73,7 +73,7 @@ _SPEC: dict[Command, tuple[frozenset[Role], Stage]] = {
     Command.FIRST_CALLS: (_CAND, Stage.LOAD),
     Command.RUN: (_BOTH, Stage.CORRECTNESS),
     Command.PERTURB: (_BOTH, Stage.CORRECTNESS),
-    Command.SET_WEIGHTS: (_BOTH, Stage.CORRECTNESS),
+    Command.SHIFT_INPUTS: (_BOTH, Stage.CORRECTNESS),
     Command.COMPARE: (_REF, Stage.CORRECTNESS),
     Command.SET_TIMING_INPUTS: (_BOTH, Stage.TIMING),
     Command.REFRESH_INPUTS: (_BOTH, Stage.TIMING),

@@ -8,6 +8,10 @@ What is covered:
 - the worker starts with a fresh interpreter (``subprocess``, never ``fork``), in its own session,
   in an empty private directory that is also its HOME, TMPDIR and Triton cache; environment
   variables other than ``SandboxConfig.keep_env`` (API keys among them) are not passed on;
+- that directory is never on the worker's import path (``python -P``, and ``PYTHONSAFEPATH=1``
+  for the Pythons it starts): a module a candidate writes there (or into another worker's
+  directory: the trusted reference's is writable by the same user) cannot shadow a module the
+  trusted side imports later;
 - a worker dies with the evaluator, even one the pool had stopped (SIGSTOP) for a quiet window:
   on Linux the kernel sends it SIGKILL when the evaluator exits however it exits (``kill -9``
   included; parent-death signal, set before the worker runs anything), and SIGKILL ends a
@@ -123,6 +127,14 @@ def kill_leftovers(sandboxes: list[Path]) -> int:
     return killed
 
 
+def import_path(src_root: str, inherited: str) -> str:
+    """PYTHONPATH for a worker: cudal1's source root, then the inherited entries that name a
+    directory. An empty or relative entry would put the worker's own directory (its cwd, which
+    untrusted code writes) back on ``sys.path`` that ``-P`` keeps it off."""
+    kept = [p for p in inherited.split(os.pathsep) if p and os.path.isabs(p)]
+    return os.pathsep.join(dict.fromkeys([src_root, *kept]))
+
+
 def process_exists(pid: int) -> bool:
     """Whether process ``pid`` exists (signal 0; one this user may not signal exists too)."""
     try:
@@ -174,7 +186,8 @@ class WorkerProcess:
         entry: str = CANDIDATE_ENTRY,
         cpus: set[int] | None = None,
     ) -> None:
-        """Start ``python -m ENTRY FD``: the candidate's server, or the one of the role named."""
+        """Start ``python -P -m ENTRY FD``: the candidate's server, or the one of the role named.
+        ``-P``: the working directory, which untrusted code can write, is not on ``sys.path``."""
         self.config = config
         self.role = role
         self.cpus = cpus
@@ -192,7 +205,7 @@ class WorkerProcess:
         env = self._environment(extra_env or {})
         with open(self.log_path, "wb") as logf:
             self.proc = launch.popen(
-                args=[sys.executable, "-m", entry, str(child_sock.fileno())],
+                args=[sys.executable, "-P", "-m", entry, str(child_sock.fileno())],
                 cwd=self.dir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -221,13 +234,14 @@ class WorkerProcess:
     def _environment(self, extra: dict[str, str]) -> dict[str, str]:
         env = {k: os.environ[k] for k in self.config.keep_env if k in os.environ}
         src_root = str(Path(__file__).resolve().parents[3])  # cudal1 importable when not installed
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH", "")) if p)
+        env["PYTHONPATH"] = import_path(src_root, env.get("PYTHONPATH", ""))
         env.update(
             HOME=str(self.dir),
             TMPDIR=str(self.dir),
             TRITON_CACHE_DIR=str(self.dir / "triton"),
             PYTHONDONTWRITEBYTECODE="1",
             PYTHONUNBUFFERED="1",
+            PYTHONSAFEPATH="1",  # its child Pythons (compile workers) keep their cwd off sys.path too
             # Two workers alternate on few cores: spinning OpenMP threads of the idle one would
             # steal time from the one being timed.
             OMP_WAIT_POLICY="PASSIVE",

@@ -23,7 +23,6 @@ import sysconfig
 import threading
 import time
 import traceback
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from multiprocessing.connection import Connection
@@ -32,7 +31,7 @@ from typing import Any
 
 import torch
 
-from cudal1.eval.process import state
+from cudal1.eval.process import probe_values, state
 from cudal1.eval.process.protocol import Command, Role
 from cudal1.eval.process.threadwatch import ThreadWatch
 from cudal1.eval.process.wire import decode, digest, encode, flatten_outputs
@@ -82,7 +81,7 @@ class WorkerServer:
             Command.MAKE_INPUTS: self.make_inputs,
             Command.BUILD: self.build,
             Command.PERTURB: self.perturb,
-            Command.SET_WEIGHTS: self.set_weights,
+            Command.SHIFT_INPUTS: self.shift_inputs,
             Command.SET_TIMING_INPUTS: self.set_timing_inputs,
             Command.REFRESH_INPUTS: self.refresh_inputs,
             Command.WARMUP: self.warmup,
@@ -126,18 +125,29 @@ class WorkerServer:
         self.inputs[key] = inputs
         return {"digest": [digest(x) if isinstance(x, torch.Tensor) else None for x in inputs]}
 
-    def build(self, args: list[Any], seed: int, device: str, slot: str = "main") -> dict[str, Any]:
-        """Build the model (``slot`` "main"), or a probe's second model beside it (another slot)."""
+    def build(
+        self, args: list[Any], seed: int, device: str, slot: str = "main", reinit: int | None = None
+    ) -> dict[str, Any]:
+        """Build the model (``slot`` "main"), or a probe's second model beside it (another slot);
+        ``reinit``: with its weights re-drawn from that seed (``probe_values.reinitialised``),
+        and the reply names them (``redrawn``)."""
         self.device = torch.device(device)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         else:
             torch.set_num_threads(1)  # CPU timing: one core per side, so the pair does not contend
         torch.manual_seed(seed)
-        model = self.model_class()(*args)
+        redrawn = None
+        if reinit is None:
+            model = self.model_class()(*args)
+        else:
+            with probe_values.reinitialised(reinit) as redraws:
+                model = self.model_class()(*args)
+                redraws.model_done(model)
+            redrawn = redraws.keys
         model = model.to(self.device) if isinstance(model, torch.nn.Module) else model
         self.keep_model(slot, model)
-        return self.built(model)
+        return {**self.built(model), "redrawn": redrawn}
 
     def model_class(self) -> Any:
         raise NotImplementedError
@@ -178,32 +188,10 @@ class WorkerServer:
             "positions": [int(p) for p in positions],
         }
 
-    def set_weights(self, slot: str, seed: int, names: list[str] | None = None) -> dict[str, Any]:
-        """Give the model in ``slot`` new values for its constant floating parameters and buffers
-        (all elements equal: zero biases, unit norm weights), or for ``names`` where given:
-        value + N(0, 0.5) per element, drawn from ``seed`` and the name, so both workers set the
-        same values. Returns the names set, with their shapes."""
-        model = self.model_in(slot)
-        changed: list[list[Any]] = []
-        if not isinstance(model, torch.nn.Module):
-            return {"changed": changed}
-        with torch.no_grad():
-            for name, t in model.state_dict(keep_vars=True).items():
-                if not t.is_floating_point() or t.numel() == 0:
-                    continue
-                if names is None and not bool((t == t.reshape(-1)[0]).all()):
-                    continue
-                if names is not None and name not in names:
-                    continue
-                gen = torch.Generator().manual_seed((seed + zlib.crc32(name.encode())) % 2**63)
-                noise = torch.randn(t.shape, generator=gen, dtype=torch.float64)
-                t.add_((0.5 * noise).to(device=t.device, dtype=t.dtype))
-                changed.append([name, list(t.shape)])
-        self.weights_set(slot)
-        return {"changed": changed}
-
-    def weights_set(self, slot: str) -> None:
-        pass
+    def shift_inputs(self, key: str, new_key: str) -> dict[str, Any]:
+        """A copy of input set ``key`` moved out of the generator's range (``probe_values.shifted``)."""
+        self.inputs[new_key] = [probe_values.shifted(x) for x in self.inputs[key]]
+        return {"digest": [digest(x) if isinstance(x, torch.Tensor) else None for x in self.inputs[new_key]]}
 
     def set_timing_inputs(self, keys: list[str], flush_bytes: int, lead_us: float = 0.0) -> dict[str, Any]:
         """Both sides enter timing with the same memory picture: what only one side keeps leaves
