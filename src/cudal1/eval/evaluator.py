@@ -19,7 +19,11 @@ guard against, as they did against the untimed timing warm-up: every checked cal
 inputs at new addresses, the outputs of timed calls are checked, and the trusted clock runs
 beside the worker's (``timing_stage``, ``checks.probes``). A failure here is the candidate's, at
 the load stage. The calls run beside other evaluations' work, as the build before them does;
-the pool's quiet windows stop them while a pair is sampled (``eval/quiet.py``).
+the pool's quiet windows stop them while a pair is sampled (``eval/quiet.py``). What is not
+covered: GPU work they queued before a window opened still runs, and a kernel that hangs runs
+beside timed pairs until the call's time limit kills its worker (under the device lock it had
+stopped every timing instead); the timing's paired ratios and the reference's drift guard are
+what notices such a disturbance.
 
 Where the parts live: ``Evaluation`` (here) runs the phases in the order the pool drives them;
 ``worker_pair`` holds the conversation with the two workers, ``correctness_stage`` and
@@ -157,15 +161,12 @@ class Evaluation:
         builds, Triton autotunes and CUDA graphs are captured at a first call, which otherwise
         came inside the checked calls, under the device lock (a max-autotune build held the only
         GPU for a minute). Unchecked and untimed: ``seed`` is a draw of this evaluation's seeds
-        that no checked, timed or probe set uses, and the outputs stay in the worker. Builds get
-        the compile stage's time limit."""
+        that no checked, timed or probe set uses, and the outputs stay in the worker. The calls
+        get one call's time limit, as the first checked call had: a kernel that never returns
+        keeps running on the GPU beside the pairs being timed (a stopped process's queued work
+        still runs) until the worker is killed, so that limit is kept short."""
         try:
-            self.pair.candidate(
-                Command.FIRST_CALLS,
-                timeout=self.config.sandbox.import_timeout_s,
-                seed=seed,
-                calls=self.config.first_calls,
-            )
+            self.pair.candidate(Command.FIRST_CALLS, seed=seed, calls=self.config.first_calls)
         except RemoteError as exc:
             raise RemoteError(f"first call (before the checked calls) failed: {exc}", exc.traceback) from None
 

@@ -168,7 +168,8 @@ class PoolStopped(RuntimeError):
 class Pool(Protocol):
     """What every caller of the evaluator holds: a local pool or a Ray pool. Results stream back
     as they finish; a trusted-side failure comes back as a result marked ``evaluator_error``.
-    Leaving its ``with`` block by an exception (Ctrl-C included) stops what is under way."""
+    A local pool left by an exception (Ctrl-C included) stops what is under way (``stop``); the
+    Ray pool lets its actors finish what they hold."""
 
     @property
     def devices(self) -> Sequence[str]:

@@ -196,6 +196,8 @@ class WorkerProcess:
         limit = config.memory_limit_gb if role is Role.CANDIDATE else None
         self.memory_limit = int(limit * memory.GB) if limit else 0
         self.memory_exceeded = ""  # the verdict, once the watch has killed the worker for it
+        # How log lines name what the worker serves (the pool sets it: task and label).
+        self.subject = f"{role} worker"
         if not _swept.is_set():
             _swept.set()
             remove_orphaned_sandboxes(Path(tempfile.gettempdir()))
@@ -222,8 +224,6 @@ class WorkerProcess:
         parent_sock.close()
         self.ready = False
         self.closed = False
-        # How a still-waiting line names what the worker serves (the pool sets it: task, label).
-        self.subject = f"{role} worker"
         # Suspension (``suspend``/``resume``): nested holds, and the seconds spent stopped, which
         # the reply timeouts do not count.
         self._pause_lock = threading.Lock()
@@ -381,7 +381,8 @@ class WorkerProcess:
         code = self._wait_exit(2.0)
         self.kill()
         if self.memory_exceeded:
-            return WorkerError(f"{self.memory_exceeded} ({context})", kind="memory", role=self.role)
+            where = context.partition(":")[0]  # "during build", without the socket's error
+            return WorkerError(f"{self.memory_exceeded}, {where}", kind="memory", role=self.role)
         if code is not None and code < 0:
             how = f"killed by signal {signal.Signals(-code).name}"
         elif code is not None:
