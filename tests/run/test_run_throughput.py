@@ -3,6 +3,7 @@ the seconds by part, as the run record, ``runs show``, its Markdown and the repo
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import get_args
 
@@ -11,7 +12,7 @@ from rich.console import Console
 
 from cudal1.config import OptimizeConfig
 from cudal1.report.paper import report_data, run_source, throughput_table
-from cudal1.report.runs import render_run_markdown, render_run_summary, summarize_run
+from cudal1.report.runs import render_run_markdown, render_run_summary, summarize_run, throughput_line
 from cudal1.report.tables import to_rich
 from cudal1.run.database import Provenance
 from cudal1.run.directory import RunDirectory, add_wall_time, record_final, start_session
@@ -130,3 +131,11 @@ def test_devices_come_from_where_the_pool_placed_the_results() -> None:
     assert devices_used(ray) == 3
     assert devices_used([]) == 1
     assert run_throughput([], 0.0).per_device_hour is None
+
+
+def test_a_cpu_run_counts_per_device_hour_not_per_gpu_hour(tmp_path: Path) -> None:
+    _run(tmp_path / "run", wall_s=1800.0)
+    summary = summarize_run(load_run(tmp_path / "run"))
+    cpu = dataclasses.replace(summary, device="cpu", gpu="x86_64")  # a CPU result names its processor
+    assert throughput_line(cpu).startswith("4 evaluations on 1 device, 8 per device-hour")
+    assert "per GPU-hour" in throughput_line(summary)

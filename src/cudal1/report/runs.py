@@ -226,7 +226,8 @@ def render_run_header(s: RunSummary) -> Table:
 
 def throughput_line(s: RunSummary) -> str:
     """Evaluations per device-hour and the devices' held share, in one line of about 60 columns."""
-    unit = "GPU" if s.gpu else "device"
+    # The CPU's results carry a "gpu" name too (the processor's): the device decides the word.
+    unit = "device" if s.device in (None, "cpu") else "GPU"
     rate = s.evaluations_per_device_hour
     line = f"{s.evaluations} evaluations on {s.devices} {unit}{'' if s.devices == 1 else 's'}"
     if rate is not None:
