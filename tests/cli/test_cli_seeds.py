@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from candidate_fixtures import make_result
-from run_fixtures import GELU, config_data
+from run_fixtures import CONV, GELU, config_data
 from typer.testing import CliRunner
 
 from cudal1.cli import app
@@ -18,7 +18,8 @@ from cudal1.run.directory import remember_tasks
 from cudal1.search.verify import STATUSES
 
 # The smallest budgets that still give every step a result; one baseline, no final re-evaluation.
-TINY = ["--set", "baseline_labels=[cudnn-benchmark]", "--set", "final.enabled=false"]
+# channels_last: the one baseline a CPU run proposes that costs seconds (on the conv task).
+TINY = ["--set", "baseline_labels=[channels-last]", "--set", "final.enabled=false"]
 VERIFY_FAST = [
     "--device", "cpu", "--workers", "1", "--budget-s", "0.5",
     "--set", "correctness_trials=2", "--set", "timing.min_samples=3", "--set", "timing.max_samples=6",
@@ -41,7 +42,7 @@ def one_error(output: str, text: str) -> bool:
 def test_optimize_export_verify_and_seed_a_new_run(tmp_path: Path, cfg_file: Path) -> None:
     runner = CliRunner()
     first, exported = tmp_path / "first", tmp_path / "kernels.jsonl"
-    base = ["optimize", GELU.name, "--config", str(cfg_file), *TINY]
+    base = ["optimize", CONV.name, "--config", str(cfg_file), *TINY]
     done = runner.invoke(app, [*base, "--out", str(first)])
     assert done.exit_code == 0, done.output
 
@@ -50,9 +51,9 @@ def test_optimize_export_verify_and_seed_a_new_run(tmp_path: Path, cfg_file: Pat
     assert "wrote 1 verified candidates of 1 task(s)" in " ".join(export.output.split())
     (record,) = [json.loads(line) for line in exported.read_text().splitlines()]
     assert (record["task"], record["label"], record["provenance"], record["origin"]) == (
-        GELU.name,
-        "cudnn-benchmark",
-        "cudnn-benchmark",
+        CONV.name,
+        "channels-last",
+        "channels-last",
         "bundled",
     )
     assert record["claimed_speedup"] == record["speedup"] and record["device"] == "cpu"
@@ -60,19 +61,19 @@ def test_optimize_export_verify_and_seed_a_new_run(tmp_path: Path, cfg_file: Pat
     verify = runner.invoke(app, ["verify", str(exported), *VERIFY_FAST, "--format", "json"])
     assert verify.exit_code == 0, verify.output
     (row,) = json.loads(verify.stdout)["rows"]
-    assert row["task"] == GELU.name and row["status"] in STATUSES and row["status"] != "no code"
+    assert row["task"] == CONV.name and row["status"] in STATUSES and row["status"] != "no code"
     assert row["claimed"] == record["claimed_speedup"]
 
     seeded = tmp_path / "seeded"
-    args = ["optimize", GELU.name, "--config", str(cfg_file), "--set", "baseline_labels=[]"]
+    args = ["optimize", CONV.name, "--config", str(cfg_file), "--set", "baseline_labels=[]"]
     started = runner.invoke(
         app, [*args, "--set", "final.enabled=false", "--out", str(seeded), "--seed", str(exported)]
     )
     assert started.exit_code == 0, started.output
     assert "seeds: 1 kernel for 1 of 1 tasks from kernels.jsonl" in " ".join(started.output.split())
     with CandidateDB(seeded / "candidates.db") as db:
-        (seed,) = [r for r in db.evaluated(GELU.name) if r.backend == "seed"]
-    assert (seed.label, seed.origin, seed.round) == ("seed:cudnn-benchmark", "seed cudnn-benchmark", 0)
+        (seed,) = [r for r in db.evaluated(CONV.name) if r.backend == "seed"]
+    assert (seed.label, seed.origin, seed.round) == ("seed:channels-last", "seed channels-last", 0)
     assert seed.claimed_speedup == record["claimed_speedup"] and seed.source == record["custom_code"]
     saved = yaml.safe_load((seeded / "config.yaml").read_text())
     assert saved["seed_files"] == [str(exported.absolute())]  # a resumed session finds it anywhere

@@ -57,7 +57,7 @@ def test_an_error_in_forward_starts_at_the_candidates_frame(task, config, candid
         candidate("        return helper(x)", imports="def helper(x):\n    return x @ x[:3]"),
         config,
     )
-    assert result.failed_stage is Stage.CORRECTNESS
+    assert result.failed_stage is Stage.LOAD  # forward first runs in the first calls, at load
     lines = result.error.splitlines()
     assert lines[1].startswith('  File "candidate.py"') and "in forward" in lines[1]
     assert any("in helper" in line for line in lines)
