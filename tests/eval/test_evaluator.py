@@ -76,7 +76,9 @@ def test_hang_at_import_is_a_compile_failure(task, fast_config):
 def test_exception_in_forward_is_reported_with_its_message(task, fast_config, candidate):
     result = _eval(task, candidate("        raise ValueError('boom from forward')"), fast_config)
     assert result.failed_stage is Stage.LOAD
-    assert "first call (before the checked calls) failed: ValueError: boom from forward" in result.error
+    # The load stage's message is the candidate's own traceback (its frames only), ending in its error.
+    assert 'File "candidate.py"' in result.error and "in forward" in result.error
+    assert result.error.splitlines()[-1] == "ValueError: boom from forward"
 
 
 def test_without_first_calls_a_forward_failure_is_a_correctness_failure(task, fast_config, candidate):
