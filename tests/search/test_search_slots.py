@@ -167,6 +167,9 @@ class SeedsOnly:
     def seeds(self, task: Task) -> list[Proposal]:
         return [Proposal(f"s{i}", f"class ModelNew:  # {task.name} {i}\n    pass\n") for i in range(self.n)]
 
+    def compositions(self, task: Task, r: int, rows: Sequence[object]) -> list[Proposal]:
+        return []
+
 
 def test_the_search_keeps_every_slot_busy_with_both_tasks_interleaved(tmp_path: Path) -> None:
     tasks = [GEMM_TASK, Task("other", GEMM_TASK.source, level=1)]
