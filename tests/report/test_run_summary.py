@@ -12,6 +12,7 @@ from cudal1.config import OptimizeConfig
 from cudal1.report.runs import render_run_markdown, render_run_summary, summarize_run
 from cudal1.run.database import TaskCounts
 from cudal1.run.records import RunRecord, TaskRecord
+from cudal1.run.throughput import run_throughput
 
 NOTHING = TaskCounts(total=3, pending=3, evaluated=0, parse_failed=0, correct=0, ok=0, faster=0)
 FAILED = TaskCounts(total=3, pending=0, evaluated=3, parse_failed=0, correct=0, ok=0, faster=0)
@@ -19,7 +20,8 @@ FAILED = TaskCounts(total=3, pending=0, evaluated=3, parse_failed=0, correct=0, 
 
 def _run(*tasks: TaskRecord) -> RunRecord:
     ledger = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
-    return RunRecord(Path("runs/x"), OptimizeConfig(), None, ledger, 0.0, 1.0, None, False, tasks)
+    throughput = run_throughput([], 1.0)
+    return RunRecord(Path("runs/x"), OptimizeConfig(), None, ledger, 0.0, 1.0, None, False, tasks, throughput)
 
 
 def _task(name: str, counts: TaskCounts) -> TaskRecord:
