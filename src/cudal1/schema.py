@@ -32,9 +32,10 @@ TimingStopReason = Literal["precision", "max_samples", "budget", "output_check_f
 
 # The phases whose seconds ``Environment.device_s`` keeps (``eval.record.EvaluationRecord.phase``).
 # "first_calls" (the candidate's untimed first forward calls, where lazy builds happen) runs
-# before the device lock is taken, beside other evaluations' work; every other phase holds the
-# device: correctness (the reference's build, the checked sets, the perturbation) and timing (its
-# inputs, the sampling, speed of light, and the probes that run after it).
+# before the device is taken, beside other evaluations' work. The checks (the reference's build,
+# the checked sets, the probes before and after the timing) share the device with other
+# evaluations' checks (``eval.admission.DeviceAccess``); the timing (its inputs, the sampling,
+# speed of light) has the device alone: ``ALONE_PHASES``.
 DevicePhase = Literal[
     "first_calls",
     "reference_build",
@@ -49,6 +50,7 @@ DevicePhase = Literal[
     "late_probes",
 ]
 UNHELD_PHASES: frozenset[DevicePhase] = frozenset({"first_calls"})
+ALONE_PHASES: frozenset[DevicePhase] = frozenset({"timing_inputs", "sampling", "speed_of_light"})
 
 
 def source_hash(source: str) -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
-from cudal1.eval.admission import CONTEXTS_BYTES, DeviceGate, expected_need
+from cudal1.eval.admission import CONTEXTS_BYTES, DeviceAccess, DeviceGate, expected_need
 from cudal1.eval.pool import EvalPool, evaluate
-from cudal1.schema import Stage, Task
+from cudal1.schema import EvalRequest, Stage, Task
 
 
 def _hold(
@@ -49,6 +49,65 @@ def test_one_evaluation_is_admitted_whatever_it_needs():
     gate, log = DeviceGate(10.0), []
     _hold(gate, 1e12, False, log, "big", 0.01).join()
     assert log == ["+big", "-big"]
+
+
+def _checks_then_timing(access: DeviceAccess, log: list[str], name: str, check_s: float) -> threading.Thread:
+    """One evaluation as the pool runs it: checks under the shared hold, the timing upgraded."""
+
+    def run() -> None:
+        with access.shared():
+            log.append(f"+check {name}")
+            time.sleep(check_s)
+            log.append(f"-check {name}")
+            with access.upgraded():
+                log.append(f"+time {name}")
+                time.sleep(0.05)
+                log.append(f"-time {name}")
+            log.append(f"probes {name}")
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def test_checks_share_the_device_and_a_timing_has_it_alone():
+    access, log = DeviceAccess(), []
+    threads = [_checks_then_timing(access, log, name, s) for name, s in (("a", 0.3), ("b", 0.1), ("c", 0.2))]
+    for t in threads:
+        t.join(timeout=10)
+    assert not any(t.is_alive() for t in threads)  # three upgrades at once: no deadlock
+    # The checks overlapped: all three began before the first ended.
+    assert max(log.index(f"+check {n}") for n in "abc") < min(log.index(f"-check {n}") for n in "abc")
+    # Each timing ran alone: nothing else happened between its start and its end.
+    for n in "abc":
+        start = log.index(f"+time {n}")
+        assert log[start + 1] == f"-time {n}"
+    # b's timing waited for the checks still running (a's and c's) to end.
+    assert log.index("+time b") > max(log.index("-check a"), log.index("-check c"))
+
+
+def test_a_waiting_timing_goes_before_checks_that_arrive_after_it():
+    access, log = DeviceAccess(), []
+
+    def hold(kind: str, name: str, secs: float) -> threading.Thread:
+        def run() -> None:
+            with access.shared() if kind == "check" else access.exclusive():
+                log.append(f"+{name}")
+                time.sleep(secs)
+                log.append(f"-{name}")
+
+        t = threading.Thread(target=run)
+        t.start()
+        return t
+
+    a = hold("check", "a", 0.2)
+    time.sleep(0.05)
+    x = hold("time", "x", 0.05)
+    time.sleep(0.05)
+    d = hold("check", "d", 0.05)
+    for t in (a, x, d):
+        t.join()
+    assert log == ["+a", "-a", "+x", "-x", "+d", "-d"]
 
 
 def test_need_follows_the_reference_peak():
@@ -112,3 +171,51 @@ def test_a_trusted_side_that_keeps_failing_is_an_evaluator_error(fast_config):
     assert result.evaluator_error and result.failed_stage is Stage.EVALUATOR
     assert not result.correct and not result.rejected and result.speedup is None
     assert result.environment.retried_after is not None
+
+
+SLOW_CHECKS = """
+import time
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        time.sleep(0.15)
+        return torch.relu(self.lin(x))
+"""
+
+
+def _most_on_device(fast_config, task, shared: bool) -> int:
+    """The most evaluations a two-worker pool had on the device at once, checking two tasks'
+    slow candidates (correctness only)."""
+    config = fast_config.model_copy(update={"shared_checks": shared, "time": False, "first_calls": 0})
+    other = Task("gemm_relu_2", task.source + "\n# another task: its own reference worker\n", level=1)
+    most, done = 0, threading.Event()
+    with EvalPool(config, workers=2, spares=0) as pool:
+
+        def watch() -> None:
+            nonlocal most
+            while not done.is_set():
+                most = max(most, pool.activity()["on_device"])
+                time.sleep(0.01)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        results = [
+            r
+            for _, r in pool.evaluate_many([EvalRequest(task, SLOW_CHECKS), EvalRequest(other, SLOW_CHECKS)])
+        ]
+        done.set()
+        watcher.join()
+    assert all(r.correct for r in results), [r.error for r in results]
+    return most
+
+
+def test_a_pools_checks_share_the_device_unless_configured_not_to(fast_config, task):
+    assert _most_on_device(fast_config, task, shared=True) == 2
+    assert _most_on_device(fast_config, task, shared=False) == 1

@@ -23,7 +23,8 @@ from cudal1.schema import DevicePhase, Environment, EvalResult, PoolPlacement, S
 
 OTHER = Task("other", GEMM_TASK.source, level=2)
 # One evaluation: compile 10 s; load 25 s, of which the first calls 20 s; correctness 30 s
-# (reference build 5 + checked calls 25); timing 40 s (sampling 35 + late probes 5).
+# (reference build 5 + checked calls 25); timing 40 s (sampling 35 + late probes 5). By part the
+# late probes are checks (they share the device); the sampling alone holds it.
 DEVICE_S = {
     "first_calls": 20.0,
     "reference_build": 5.0,
@@ -67,10 +68,11 @@ def test_a_results_seconds_split_into_build_first_calls_correctness_and_timing()
     assert phase_seconds(_result("t")) == {
         "build": 15.0,
         "first calls": 20.0,
-        "correctness": 30.0,
-        "timing": 40.0,
+        "correctness": 35.0,
+        "timing": 35.0,
     }
-    assert device_held_seconds(_result("t")) == 70.0  # the first calls do not hold the device
+    # Held alone: the timing's phases (sampling); the checks and the late probes share the device.
+    assert device_held_seconds(_result("t")) == 35.0
     old = _result("t", phases=False)  # a result from before phases were recorded
     assert phase_seconds(old) == {"build": 35.0, "first calls": 0.0, "correctness": 30.0, "timing": 40.0}
 
@@ -80,8 +82,8 @@ def test_the_run_record_counts_every_evaluation_over_its_wall_time(tmp_path: Pat
     t = load_run(tmp_path / "run").throughput
     assert (t.evaluations, t.devices, t.wall_s) == (4, 1, 1800.0)
     assert t.per_device_hour == 8.0  # 4 evaluations in half an hour on one device
-    assert t.held_s == 4 * 70.0 and t.held_share == 280.0 / 1800.0
-    assert dict(t.part_s) == {"build": 60.0, "first calls": 80.0, "correctness": 120.0, "timing": 160.0}
+    assert t.held_s == 4 * 35.0 and t.held_share == 140.0 / 1800.0
+    assert dict(t.part_s) == {"build": 60.0, "first calls": 80.0, "correctness": 140.0, "timing": 140.0}
 
 
 def test_runs_show_states_throughput_at_80_columns_and_in_markdown_and_json(tmp_path: Path) -> None:
@@ -91,18 +93,18 @@ def test_runs_show_states_throughput_at_80_columns_and_in_markdown_and_json(tmp_
     assert summary.seconds_by_part == {
         "build": 60.0,
         "first calls": 80.0,
-        "correctness": 120.0,
-        "timing": 160.0,
+        "correctness": 140.0,
+        "timing": 140.0,
     }
     console = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(render_run_summary(summary, 80))
     text = console.export_text()
     assert all(len(line) <= 80 for line in text.splitlines())
     words = " ".join(text.split())
-    assert "4 evaluations on 1 GPU, 8 per GPU-hour; held 16% of the wall time" in words
-    assert "build 60, first calls 80 (beside others); correctness 120, timing 160 (device held)" in words
+    assert "4 evaluations on 1 GPU, 8 per GPU-hour; timing held it 8% of the wall time" in words
+    assert "build 60, first calls 80 (beside others); checks 140 (device shared); timing 140 (alone)" in words
     markdown = render_run_markdown(summary)
-    assert "8 per GPU-hour" in markdown and "correctness 120" in markdown
+    assert "8 per GPU-hour" in markdown and "checks 140" in markdown
     assert summary.to_dict()["evaluations_per_device_hour"] == 8.0
 
 
@@ -111,7 +113,7 @@ def test_the_report_has_a_throughput_table_for_runs(tmp_path: Path) -> None:
     source = run_source(load_run(tmp_path / "run"))
     table = throughput_table([source])
     assert table is not None
-    assert table.plain_rows() == [[str(tmp_path / "run"), "4", "1", "4", "8", "60", "80", "120", "160"]]
+    assert table.plain_rows() == [[str(tmp_path / "run"), "4", "1", "4", "4", "60", "80", "140", "140"]]
     console = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(to_rich(table, 80))
     assert all(len(line) <= 80 for line in console.export_text().splitlines())

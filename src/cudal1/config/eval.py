@@ -222,6 +222,11 @@ class EvalConfig(StrictConfig):
         "capture do not hold the device while other candidates wait (0: off; the second call is "
         "where reduce-overhead captures its graph)",
     )
+    shared_checks: bool = Field(
+        True,
+        description="correctness checks and probes of several evaluations share a device; only "
+        "the timing has it alone (false: each evaluation holds the device through its checks too)",
+    )
     tolerance: ToleranceConfig = ToleranceConfig()
     timing: TimingConfig = TimingConfig()
     sandbox: SandboxConfig = SandboxConfig()

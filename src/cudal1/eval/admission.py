@@ -1,4 +1,5 @@
-"""Admission of evaluations to a device by memory.
+"""Admission of evaluations to a device: by memory (``DeviceGate``), and who may use it now
+(``DeviceAccess``: checks side by side, timing alone).
 
 On the CUDA-L1 release, six concurrent evaluations on one 80 GB H100 ran it out of memory: the
 float64 references and the candidates built and waiting beside the one being timed (issue 10).
@@ -64,3 +65,67 @@ def expected_need(peak_bytes: int | None, capacity: float, workers: int) -> floa
     if peak_bytes is None:
         return capacity / max(workers, 1)
     return 2 * peak_bytes + CONTEXTS_BYTES
+
+
+class DeviceAccess:
+    """Who may use one device now: evaluations check candidates side by side (``shared``), a
+    pair is timed alone (``exclusive``), and a timing waiting for the device goes before checks
+    that arrive after it (no timing waits for ever behind a stream of checks).
+
+    Why shared checks: one device lock around correctness and timing left the H100 mostly idle
+    (issue 20's benchmark: 195 evaluations per GPU-hour, each holding the device 4-60 s, most of
+    it in making inputs on the CPU, shipping outputs through pipes and float64 references). Checks
+    decide nothing by time, so they may share the device; a timed pair has it to itself, with
+    every other evaluation's checks finished or not begun. ``upgraded`` trades a thread's shared
+    hold for the exclusive one and back: it gives the shared hold up first, so two evaluations
+    upgrading at once cannot wait on each other. Take it after the task's reference lock, never
+    before: an evaluation holding the device shared while it waits for a reference that an
+    upgrading evaluation holds would wait for ever."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._exclusive = False
+        self._waiting_exclusive = 0
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        self._take_shared()
+        try:
+            yield
+        finally:
+            self._give_shared()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting_exclusive += 1
+            self._cond.wait_for(lambda: not self._exclusive and self._shared == 0)
+            self._waiting_exclusive -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+    @contextmanager
+    def upgraded(self) -> Iterator[None]:
+        """From inside ``shared``: the device alone for the block, shared again after it."""
+        self._give_shared()
+        try:
+            with self.exclusive():
+                yield
+        finally:
+            self._take_shared()
+
+    def _take_shared(self) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._exclusive and not self._waiting_exclusive)
+            self._shared += 1
+
+    def _give_shared(self) -> None:
+        with self._cond:
+            self._shared -= 1
+            self._cond.notify_all()

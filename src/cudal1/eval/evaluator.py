@@ -63,6 +63,9 @@ class Evaluation:
         self.pair = WorkerPair(task, config, device, self.record)
         # Held around the sampling: the pool stops its other workers then (``eval/quiet.py``).
         self.quiet: Callable[[], AbstractContextManager[int]] = lambda: nullcontext(0)
+        # Held around the timing stage: the pool gives the device to the timed pair alone then,
+        # where the checks before and the probes after share it (``admission.DeviceAccess``).
+        self.alone: Callable[[], AbstractContextManager[object]] = nullcontext
         self._seeds: Seeds | None = None
         self._init_args: list[object] = []
 
@@ -171,9 +174,10 @@ class Evaluation:
             raise RemoteError(f"first call (before the checked calls) failed: {exc}", exc.traceback) from None
 
     def run_on_device(self) -> None:
-        """Correctness, timing and the late probes; the caller holds the device and the reference's
-        lock. The reference model is built here, under the lock, because the reference worker is
-        shared by the task's candidates and each evaluation has its own weights seed."""
+        """Correctness, timing and the late probes; the caller holds the device (shared, and alone
+        around the timing: ``alone``) and the reference's lock. The reference model is built here,
+        under the lock, because the reference worker is shared by the task's candidates and each
+        evaluation has its own weights seed."""
         assert self._seeds is not None, "run_load comes first"
         seeds, record = self._seeds, self.record
         with record.stage(Stage.CORRECTNESS):
@@ -183,7 +187,7 @@ class Evaluation:
         if record.failed:
             return
         if self.config.time:
-            with record.stage(Stage.TIMING):
+            with self.alone(), record.stage(Stage.TIMING):  # waiting for it is no stage's time
                 time_pair(self.pair, seeds, self.quiet)
             if record.failed:
                 return

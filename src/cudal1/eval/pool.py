@@ -5,21 +5,22 @@ stream back as they finish.
 Phases per request: static checks (this process) -> a spare worker imports the candidate, builds
 ModelNew on its assigned device and makes its first, unchecked calls (CPU-bound work such as
 load_inline builds, and the lazy builds of a first call: torch.compile, Triton autotuning, CUDA
-graph capture; in parallel across requests, inside the memory admission gate) -> the device lock
-is taken -> correctness and timing alternate between the candidate worker and the task's
-reference worker -> the candidate worker is killed (it ran untrusted code); the reference worker
+graph capture; in parallel across requests, inside the memory admission gate) -> the device is
+taken (``admission.DeviceAccess``: shared with other evaluations' checks, alone while a pair is
+timed; ``EvalConfig.shared_checks``) -> correctness and timing alternate between the candidate
+worker and the task's reference worker -> the candidate worker is killed (it ran untrusted code); the reference worker
 stays for the task's next candidate. Only the checked and timed calls hold a device: on the
 CUDA-L1 release, where many kernels compile in ``__init__``, holding it through the build left
 the GPU idle most of the time, and a max-autotune build at the first checked call held the only
-GPU for a minute. Until the device lock is taken a candidate's worker counts as loading, so the
+GPU for a minute. Until the device is taken a candidate's worker counts as loading, so the
 quiet windows stop it while another pair is sampled. A task's reference worker is held (its
 lock) only while it loads, while it hands out init inputs that vary with the seed, and for the
 checked and timed part: a candidate of a task builds while another of the same task is timed.
 How many requests are in each of these states is ``activity()`` (what a benchmark samples).
 
 CPU placement (the rules are ``devices.split_cpus``'s): when the machine has cores to spare, each
-device's timed pair gets a physical core of its own (both sides on it, one after the other), and
-the pool's own threads and worker processes run on the rest. The pool pins only what it owns
+device's timed pair gets a physical core of its own while it is timed (both sides on it, one after
+the other), and the pool's own threads and worker processes (checks included) run on the rest. The pool pins only what it owns
 (its worker processes and its threads), never its caller's process.
 
 Several devices (``devices=["cuda:0", "cuda:1"]``): one timing lane per device (its lock, its
@@ -42,7 +43,7 @@ from pathlib import Path
 from typing import Literal, Protocol, Self, get_args
 
 from cudal1.config import EvalConfig
-from cudal1.eval.admission import USABLE, DeviceGate, expected_need
+from cudal1.eval.admission import USABLE, DeviceAccess, DeviceGate, expected_need
 from cudal1.eval.devices import pin_current_thread, resolve_device, split_cpus
 from cudal1.eval.evaluator import Evaluation
 from cudal1.eval.process.protocol import Role
@@ -235,7 +236,7 @@ class EvalPool(StreamingPool):
         workers = workers or WORKERS_PER_DEVICE * len(self.devices)
         # At most ``workers`` candidates in flight and ``spares`` ready: the memory cap's share.
         self.config = config = with_memory_limit(config, workers + spares)
-        self._device_locks = {d: threading.Lock() for d in self.devices}
+        self._access = {d: DeviceAccess() for d in self.devices}
         self._assigned = dict.fromkeys(self.devices, 0)  # requests past compile, per device
         self._timed = dict.fromkeys(self.devices, 0)  # evaluations that reached each device
         self._assign_lock = threading.Lock()
@@ -424,27 +425,49 @@ class EvalPool(StreamingPool):
                 ev.record.note(pool=dataclasses.replace(placement, device_counts=dict(self._timed)))
 
     def _check_and_time(self, ev: Evaluation, ref: ReferenceWorker, device: str) -> None:
+        access = self._access[device]
         with ExitStack() as held:
             with self._activity.state("waiting"):
-                held.enter_context(self._device_locks[device])
-                held.enter_context(ref.lock)
+                held.enter_context(ref.lock)  # first: see ``DeviceAccess``
+                held.enter_context(access.shared() if self.config.shared_checks else access.exclusive())
             held.enter_context(self._activity.state("on_device"))
             if ev.cand is not None:
                 self._quiet.leave_loading(ev.cand)
                 if self.config.timing.pause_others:
                     ev.quiet = self._quiet.window
-            cpu = self._timing_cpus.get(device)
-            if cpu is not None and ev.cand is not None:
-                ref.process.pin({cpu})
-                ev.cand.pin({cpu})
+            if self.config.shared_checks:
+                ev.alone = lambda: self._alone(ev, ref, device)
             try:
+                if not self.config.shared_checks:
+                    held.enter_context(self._timing_core(ev, ref, device))
                 ev.run_on_device()
             finally:
                 peak = ref.release() if ref.process.alive else None
                 if peak is not None:
                     self._peaks[ev.task.hash] = max(peak, self._peaks.get(ev.task.hash, 0))
-                if cpu is not None and self._general_cpus and ref.process.alive:
-                    ref.process.pin(self._general_cpus)
+
+    @contextmanager
+    def _alone(self, ev: Evaluation, ref: ReferenceWorker, device: str) -> Iterator[None]:
+        """The device to the timed pair alone, on the device's timing core."""
+        with self._access[device].upgraded(), self._timing_core(ev, ref, device):
+            yield
+
+    @contextmanager
+    def _timing_core(self, ev: Evaluation, ref: ReferenceWorker, device: str) -> Iterator[None]:
+        """The pair's workers on the device's timing core (where the machine has one to spare),
+        and back on the general cores after: checks of several evaluations share those."""
+        cpu = self._timing_cpus.get(device)
+        if cpu is None or ev.cand is None:
+            yield
+            return
+        ref.process.pin({cpu})
+        ev.cand.pin({cpu})
+        try:
+            yield
+        finally:
+            for proc in (ref.process, ev.cand):
+                if self._general_cpus and proc.alive:
+                    proc.pin(self._general_cpus)
 
     def reserve(self, device: str, nbytes: float) -> None:
         """Device memory that something outside the pool holds (a policy's weights and optimizer

@@ -17,8 +17,9 @@ The numbers, as the CUDA-L1 paper reports them (arXiv 2507.14111; shared/researc
   and they are never reported as what their names say;
 - speed of light: the kept kernel's time against the device's physical floor (percent);
 - cost: LLM calls, tokens and dollars from the run's ledger; seconds the timing device (a GPU, or
-  the CPU) was held;
-- throughput: a run's evaluations per device-hour, the share of wall time its devices were held,
+  the CPU) was held alone, for timing (checks share it with other evaluations' checks);
+- throughput: a run's evaluations per device-hour, the share of wall time its devices were held
+  alone,
   and its seconds by part (build, first calls, correctness, timing; ``run.throughput``).
 """
 
@@ -375,7 +376,10 @@ def cost_table(sources: Sequence[Source]) -> TableSpec:
         Col("wall s", "wall", drop=3, right=True),
     )
     return TableSpec(
-        "cost", columns, rows, caption="device-seconds: time the timing device (a GPU, or the CPU) was held"
+        "cost",
+        columns,
+        rows,
+        caption="device-seconds: time the timing device (a GPU, or the CPU) was held alone, for timing",
     )
 
 
@@ -398,7 +402,7 @@ def throughput_table(sources: Sequence[Source]) -> TableSpec | None:
         Col("evaluations", "evals", right=True),
         Col("devices", "dev", drop=3, right=True),
         Col("per device-hour", "/dev-h", right=True),
-        Col("held %", "held", right=True),
+        Col("held alone %", "alone", right=True),
         Col("build s", "build", drop=2, right=True),
         Col("first calls s", "first", drop=2, right=True),
         Col("correctness s", "check", drop=1, right=True),
@@ -408,8 +412,8 @@ def throughput_table(sources: Sequence[Source]) -> TableSpec | None:
         "throughput",
         columns,
         rows,
-        caption="per device-hour: evaluations / (wall hours x devices); held: the devices' wall time "
-        "spent checking and timing; build and first calls run beside others, off the device lock",
+        caption="per device-hour: evaluations / (wall hours x devices); held alone: the devices' wall "
+        "time spent timing (checks share the device); build and first calls run off the device",
     )
 
 

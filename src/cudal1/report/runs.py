@@ -233,16 +233,16 @@ def throughput_line(s: RunSummary) -> str:
     if rate is not None:
         line += f", {rate:.0f} per {unit}-hour"
     if s.device_held_share is not None:
-        line += f"; held {100 * s.device_held_share:.0f}% of the wall time"
+        line += f"; timing held it {100 * s.device_held_share:.0f}% of the wall time"
     return line
 
 
 def parts_line(s: RunSummary) -> str:
-    """Where the evaluations' seconds went: off the device lock, then holding it."""
+    """Where the evaluations' seconds went: off the device, sharing it, holding it alone."""
     part = {name: s.seconds_by_part.get(name, 0.0) for name in PARTS}
     return (
         f"build {part['build']:.0f}, first calls {part['first calls']:.0f} (beside others); "
-        f"correctness {part['correctness']:.0f}, timing {part['timing']:.0f} (device held)"
+        f"checks {part['correctness']:.0f} (device shared); timing {part['timing']:.0f} (alone)"
     )
 
 

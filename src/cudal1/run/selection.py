@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Literal, cast, get_args
 
 from cudal1.run.database import CandidateRow
-from cudal1.schema import UNHELD_PHASES, DevicePhase, EvalResult, Severity, Stage
+from cudal1.schema import ALONE_PHASES, DevicePhase, EvalResult, Severity, Stage
 
 # The task's own program evaluated as a candidate: an A-vs-A measurement whose speedup should be 1.0.
 REFERENCE_LABEL = "reference"
@@ -27,16 +27,20 @@ def device_seconds(result: EvalResult) -> float:
 
 
 def device_held_seconds(result: EvalResult) -> float:
-    """Seconds a result held the timing device: the evaluator's phases (``environment.device_s``)
-    that hold it, where it recorded them, else its device stages (``device_seconds``)."""
+    """Seconds a result held the timing device alone: the evaluator's timing phases
+    (``schema.ALONE_PHASES``) where it recorded phases, else its device stages
+    (``device_seconds``; results from before the checks shared the device held it throughout).
+    Checks share the device with other evaluations' checks, so their seconds overlap and are
+    not the device's."""
     phases = result.environment.device_s
     if phases:
-        return float(sum(s for name, s in phases.items() if name not in UNHELD_PHASES))
+        return float(sum(s for name, s in phases.items() if name in ALONE_PHASES))
     return device_seconds(result)
 
 
 # Where an evaluation's seconds go, for a throughput figure: its build (import, load_inline,
-# ModelNew) and first calls run beside other evaluations; correctness and timing hold the device.
+# ModelNew) and first calls run beside other evaluations; the checks ("correctness": the sets
+# and every probe) share the device with other evaluations' checks; the timing has it alone.
 Part = Literal["build", "first calls", "correctness", "timing"]
 PARTS: tuple[Part, ...] = get_args(Part)
 PHASE_PART: dict[DevicePhase, Part] = {
@@ -50,7 +54,7 @@ PHASE_PART: dict[DevicePhase, Part] = {
     "timing_inputs": "timing",
     "sampling": "timing",
     "speed_of_light": "timing",
-    "late_probes": "timing",
+    "late_probes": "correctness",
 }
 
 

@@ -9,10 +9,11 @@ pool or the evaluator shows in every run that follows it.
 - evaluations per device-hour = evaluations / (the run's wall hours x its devices); every stored
   result counts (failures too: they cost the pool their time), final re-evaluations included;
 - devices: the timing devices the results were placed on (``schema.PoolPlacement``);
-- held share = the seconds the timing devices were held (``selection.device_held_seconds``) over
-  the wall time of all of them;
+- held share = the seconds the timing devices were held alone, for timing
+  (``selection.device_held_seconds``), over the wall time of all of them;
 - seconds by part (``selection.phase_seconds``): build and first calls run beside other
-  evaluations (off the device lock), correctness and timing hold the device.
+  evaluations, off the device; correctness (every check and probe) shares the device with other
+  evaluations' checks; timing has it alone.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class Throughput:
     evaluations: int
     devices: int
     wall_s: float
-    held_s: float  # the timing devices were held, summed over results
+    held_s: float  # the timing devices were held alone (timing), summed over results
     part_s: Mapping[Part, float] = field(default_factory=dict)  # seconds by part, summed
 
     @property
@@ -41,7 +42,7 @@ class Throughput:
 
     @property
     def held_share(self) -> float | None:
-        """The share of the devices' wall time they were held for checks and timing."""
+        """The share of the devices' wall time they were held alone, for timing."""
         if self.wall_s <= 0:
             return None
         return self.held_s / (self.wall_s * self.devices)

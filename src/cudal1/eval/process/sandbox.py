@@ -263,9 +263,12 @@ class WorkerProcess:
 
     # -- talking ------------------------------------------------------------------------------
     def wait_ready(self, timeout: float | None = None) -> None:
+        """Until the worker's interpreter has started and imported torch: no candidate code has
+        run yet, so it gets an import's time limit, not a call's (on a loaded 2-core machine a
+        start-up took over 8 s, a short call limit in tests)."""
         if self.ready:
             return
-        reply = self._receive(timeout if timeout is not None else self.config.call_timeout_s, "start-up")
+        reply = self._receive(timeout if timeout is not None else self.config.import_timeout_s, "start-up")
         if not reply.get("ready"):
             raise WorkerError("worker sent no ready message", kind="protocol", role=self.role)
         self.ready = True
