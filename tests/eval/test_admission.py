@@ -51,19 +51,22 @@ def test_one_evaluation_is_admitted_whatever_it_needs():
     assert log == ["+big", "-big"]
 
 
-def _checks_then_timing(access: DeviceAccess, log: list[str], name: str, check_s: float) -> threading.Thread:
-    """One evaluation as the pool runs it: checks under the shared hold, the timing upgraded."""
+def _checks_then_timing(access: DeviceAccess, log: list[str], name: str, requests: int) -> threading.Thread:
+    """One evaluation as the pool runs it: each check request under a shared hold, then the
+    timing with the device alone, then a late probe's request."""
 
     def run() -> None:
-        with access.shared():
-            log.append(f"+check {name}")
-            time.sleep(check_s)
-            log.append(f"-check {name}")
-            with access.upgraded():
-                log.append(f"+time {name}")
+        for i in range(requests):
+            with access.shared():
+                log.append(f"+check {name}{i}")
                 time.sleep(0.05)
-                log.append(f"-time {name}")
-            log.append(f"probes {name}")
+                log.append(f"-check {name}{i}")
+        with access.exclusive():
+            log.append(f"+time {name}")
+            time.sleep(0.05)
+            log.append(f"-time {name}")
+        with access.shared():
+            log.append(f"probe {name}")
 
     t = threading.Thread(target=run)
     t.start()
@@ -72,18 +75,18 @@ def _checks_then_timing(access: DeviceAccess, log: list[str], name: str, check_s
 
 def test_checks_share_the_device_and_a_timing_has_it_alone():
     access, log = DeviceAccess(), []
-    threads = [_checks_then_timing(access, log, name, s) for name, s in (("a", 0.3), ("b", 0.1), ("c", 0.2))]
+    threads = [_checks_then_timing(access, log, name, n) for name, n in (("a", 6), ("b", 1), ("c", 3))]
     for t in threads:
         t.join(timeout=10)
-    assert not any(t.is_alive() for t in threads)  # three upgrades at once: no deadlock
-    # The checks overlapped: all three began before the first ended.
-    assert max(log.index(f"+check {n}") for n in "abc") < min(log.index(f"-check {n}") for n in "abc")
+    assert not any(t.is_alive() for t in threads)
+    # The first requests overlapped: all three began before the first ended.
+    assert max(log.index(f"+check {n}0") for n in "abc") < min(log.index(f"-check {n}0") for n in "abc")
     # Each timing ran alone: nothing else happened between its start and its end.
     for n in "abc":
         start = log.index(f"+time {n}")
         assert log[start + 1] == f"-time {n}"
-    # b's timing waited for the checks still running (a's and c's) to end.
-    assert log.index("+time b") > max(log.index("-check a"), log.index("-check c"))
+    # b's timing waited for the requests under way, not for a's and c's checks to end.
+    assert log.index("+time b") < log.index("-check a5") and log.index("+time b") < log.index("-check c2")
 
 
 def test_a_waiting_timing_goes_before_checks_that_arrive_after_it():

@@ -68,19 +68,20 @@ def expected_need(peak_bytes: int | None, capacity: float, workers: int) -> floa
 
 
 class DeviceAccess:
-    """Who may use one device now: evaluations check candidates side by side (``shared``), a
-    pair is timed alone (``exclusive``), and a timing waiting for the device goes before checks
-    that arrive after it (no timing waits for ever behind a stream of checks).
+    """Who may use one device now: evaluations' checks side by side (``shared``, taken around
+    each request to a worker), a pair being timed alone (``exclusive``); a timing waiting for the
+    device goes before requests that arrive after it, so it waits for the requests under way
+    only, never for a stream of them.
 
     Why shared checks: one device lock around correctness and timing left the H100 mostly idle
     (issue 20's benchmark: 195 evaluations per GPU-hour, each holding the device 4-60 s, most of
     it in making inputs on the CPU, shipping outputs through pipes and float64 references). Checks
-    decide nothing by time, so they may share the device; a timed pair has it to itself, with
-    every other evaluation's checks finished or not begun. ``upgraded`` trades a thread's shared
-    hold for the exclusive one and back: it gives the shared hold up first, so two evaluations
-    upgrading at once cannot wait on each other. Take it after the task's reference lock, never
-    before: an evaluation holding the device shared while it waits for a reference that an
-    upgrading evaluation holds would wait for ever."""
+    decide nothing by time, so they may share the device; a timed pair has it to itself, with no
+    other evaluation's request under way. Held around whole stages, the shared hold phase-locked
+    the pool on the H100: a waiting timing stopped every new check until the slowest stage under
+    way ended (40 s for a 3-D transposed convolution), and results came in bursts a minute apart.
+    Taken per request, a timing waits for one request. An evaluation waiting for the device alone
+    holds no shared hold, so two of them cannot wait on each other."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -90,11 +91,15 @@ class DeviceAccess:
 
     @contextmanager
     def shared(self) -> Iterator[None]:
-        self._take_shared()
+        with self._cond:
+            self._cond.wait_for(lambda: not self._exclusive and not self._waiting_exclusive)
+            self._shared += 1
         try:
             yield
         finally:
-            self._give_shared()
+            with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -109,23 +114,3 @@ class DeviceAccess:
             with self._cond:
                 self._exclusive = False
                 self._cond.notify_all()
-
-    @contextmanager
-    def upgraded(self) -> Iterator[None]:
-        """From inside ``shared``: the device alone for the block, shared again after it."""
-        self._give_shared()
-        try:
-            with self.exclusive():
-                yield
-        finally:
-            self._take_shared()
-
-    def _take_shared(self) -> None:
-        with self._cond:
-            self._cond.wait_for(lambda: not self._exclusive and not self._waiting_exclusive)
-            self._shared += 1
-
-    def _give_shared(self) -> None:
-        with self._cond:
-            self._shared -= 1
-            self._cond.notify_all()

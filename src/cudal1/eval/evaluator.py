@@ -64,7 +64,8 @@ class Evaluation:
         # Held around the sampling: the pool stops its other workers then (``eval/quiet.py``).
         self.quiet: Callable[[], AbstractContextManager[int]] = lambda: nullcontext(0)
         # Held around the timing stage: the pool gives the device to the timed pair alone then,
-        # where the checks before and the probes after share it (``admission.DeviceAccess``).
+        # where the checks before and the probes after share it, request by request
+        # (``WorkerPair.hold``, ``admission.DeviceAccess``).
         self.alone: Callable[[], AbstractContextManager[object]] = nullcontext
         self._seeds: Seeds | None = None
         self._init_args: list[object] = []
@@ -174,10 +175,11 @@ class Evaluation:
             raise RemoteError(f"first call (before the checked calls) failed: {exc}", exc.traceback) from None
 
     def run_on_device(self) -> None:
-        """Correctness, timing and the late probes; the caller holds the device (shared, and alone
-        around the timing: ``alone``) and the reference's lock. The reference model is built here,
-        under the lock, because the reference worker is shared by the task's candidates and each
-        evaluation has its own weights seed."""
+        """Correctness, timing and the late probes; the caller holds the reference's lock and the
+        device (or a shared hold of it around each request, and the device alone around the
+        timing: ``alone``). The reference model is built here, under the lock, because the
+        reference worker is shared by the task's candidates and each evaluation has its own
+        weights seed."""
         assert self._seeds is not None, "run_load comes first"
         seeds, record = self._seeds, self.record
         with record.stage(Stage.CORRECTNESS):
@@ -187,7 +189,8 @@ class Evaluation:
         if record.failed:
             return
         if self.config.time:
-            with self.alone(), record.stage(Stage.TIMING):  # waiting for it is no stage's time
+            # Waiting for the device alone is no stage's time.
+            with self.alone(), self.pair.holding_device(), record.stage(Stage.TIMING):
                 time_pair(self.pair, seeds, self.quiet)
             if record.failed:
                 return

@@ -425,32 +425,50 @@ class EvalPool(StreamingPool):
                 ev.record.note(pool=dataclasses.replace(placement, device_counts=dict(self._timed)))
 
     def _check_and_time(self, ev: Evaluation, ref: ReferenceWorker, device: str) -> None:
+        """Correctness and timing. With shared checks, each request of the checks takes a shared
+        hold of the device and the timing has it alone; the candidate's worker stays among the
+        loading ones except while it is timed, so other pairs' quiet windows stop it (between its
+        requests: a window opens only while the device is held alone). Otherwise the evaluation
+        holds the device alone throughout."""
         access = self._access[device]
+        shared = self.config.shared_checks
         with ExitStack() as held:
             with self._activity.state("waiting"):
                 held.enter_context(ref.lock)  # first: see ``DeviceAccess``
-                held.enter_context(access.shared() if self.config.shared_checks else access.exclusive())
+                if not shared:
+                    held.enter_context(access.exclusive())
             held.enter_context(self._activity.state("on_device"))
-            if ev.cand is not None:
-                self._quiet.leave_loading(ev.cand)
-                if self.config.timing.pause_others:
-                    ev.quiet = self._quiet.window
-            if self.config.shared_checks:
+            if ev.cand is not None and self.config.timing.pause_others:
+                ev.quiet = self._quiet.window
+            if shared:
+                ev.pair.hold = access.shared
                 ev.alone = lambda: self._alone(ev, ref, device)
+            else:
+                if ev.cand is not None:
+                    self._quiet.leave_loading(ev.cand)
+                held.enter_context(self._timing_core(ev, ref, device))
             try:
-                if not self.config.shared_checks:
-                    held.enter_context(self._timing_core(ev, ref, device))
                 ev.run_on_device()
             finally:
+                if ev.cand is not None:
+                    self._quiet.leave_loading(ev.cand)
                 peak = ref.release() if ref.process.alive else None
                 if peak is not None:
                     self._peaks[ev.task.hash] = max(peak, self._peaks.get(ev.task.hash, 0))
 
     @contextmanager
     def _alone(self, ev: Evaluation, ref: ReferenceWorker, device: str) -> Iterator[None]:
-        """The device to the timed pair alone, on the device's timing core."""
-        with self._access[device].upgraded(), self._timing_core(ev, ref, device):
-            yield
+        """The device to the timed pair alone, on the device's timing core; the candidate's
+        worker leaves the loading ones for the block (its own window must not stop it)."""
+        with self._access[device].exclusive():
+            if ev.cand is not None:
+                self._quiet.leave_loading(ev.cand)
+            try:
+                with self._timing_core(ev, ref, device):
+                    yield
+            finally:
+                if ev.cand is not None and ev.cand.alive:
+                    self._quiet.enter_loading(ev.cand)
 
     @contextmanager
     def _timing_core(self, ev: Evaluation, ref: ReferenceWorker, device: str) -> Iterator[None]:

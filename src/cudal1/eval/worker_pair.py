@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import random
 import secrets
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +54,10 @@ class WorkerPair:
     record: EvaluationRecord
     cand: WorkerProcess | None = None
     ref: ReferenceWorker | None = None  # the reference worker attached last (the device's)
+    # Taken around each request to either worker: the pool's shared hold of the device, so that
+    # a timing waiting for the device alone waits for one request, not for a whole stage
+    # (``admission.DeviceAccess``); none inside ``holding_device``.
+    hold: Callable[[], AbstractContextManager[object]] = nullcontext
     _input_digests: dict[str, list[Any]] = field(default_factory=dict)
     _out_bytes: dict[str, list[int]] = field(default_factory=dict)
     _ref_digests: dict[str, list[Any]] = field(default_factory=dict)
@@ -66,14 +72,26 @@ class WorkerPair:
     def note_probe(self, probe: str, facts: dict[str, Any]) -> None:
         self.record.note_probe(probe, facts)
 
+    @contextmanager
+    def holding_device(self) -> Iterator[None]:
+        """The caller holds the device for the block (alone, for timing): no request takes a
+        hold of its own."""
+        saved, self.hold = self.hold, nullcontext
+        try:
+            yield
+        finally:
+            self.hold = saved
+
     def reference(self, cmd: Command, **args: Any) -> dict[str, Any]:
         """A request to the reference worker; its failure is the task's (``StageFailed``)."""
         assert self.ref is not None
-        return self.ref.request(cmd, **args)
+        with self.hold():
+            return self.ref.request(cmd, **args)
 
     def candidate(self, cmd: Command, **args: Any) -> dict[str, Any]:
         assert self.cand is not None
-        return self.cand.request(cmd, **args)
+        with self.hold():
+            return self.cand.request(cmd, **args)
 
     def reference_alive(self) -> bool:
         return self.ref is not None and self.ref.process.alive
@@ -154,7 +172,8 @@ class WorkerPair:
         themselves), free memory poisoned first."""
         assert self.cand is not None
         poison = self._out_bytes.get(key) if self.config.guards.poison else None
-        raw = self.cand.request_raw(Command.RUN, key=key, slot=slot, poison=poison, fresh=fresh)
+        with self.hold():
+            raw = self.cand.request_raw(Command.RUN, key=key, slot=slot, poison=poison, fresh=fresh)
         observed = observation_findings(
             header(raw), self._input_digests.get(key), key, self.config.guards.process_state
         )
@@ -175,7 +194,8 @@ class WorkerPair:
     def forget(self, keys: list[str], slots: list[str] | None = None) -> None:
         assert self.cand is not None and self.ref is not None
         for proc in (self.ref.process, self.cand):
-            proc.request(Command.FORGET, keys=keys, slots=slots or [])
+            with self.hold():
+                proc.request(Command.FORGET, keys=keys, slots=slots or [])
 
     def compare(
         self, key: str | None, raw_reply: bytes, min_scale: float = 1.0
