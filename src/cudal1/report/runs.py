@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -19,7 +20,7 @@ from rich.text import Text
 from cudal1.report.tables import Cell, Col, TableSpec, to_markdown, to_rich
 from cudal1.run.records import RunRecord, TaskRecord
 from cudal1.run.selection import PARTS, REFERENCE_LABEL
-from cudal1.schema import EvalResult
+from cudal1.schema import TIMING_CLOCKS, EvalResult, TimingClock
 
 # The paper counts a task as improved above 1.01x (shared/research/cuda-l1-method.md).
 FASTER = 1.01
@@ -61,6 +62,9 @@ class TaskSummary:
     # reply) and, for a seed, the speedup its source claimed (measured elsewhere).
     origin: str = ""
     claimed_speedup: float | None = None
+    # The clock that decided ``speedup`` (``Timing.clock``) and the events' figure beside it.
+    clock: TimingClock | None = None
+    event_speedup: float | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,8 @@ def _task_summary(t: TaskRecord) -> tuple[TaskSummary, EvalResult | None]:
         rounds_done=t.rounds_done,
         origin=best.origin if best else "",
         claimed_speedup=best.claimed_speedup if best else None,
+        clock=timing.clock if timing else None,
+        event_speedup=timing.events_figure if timing else None,
     )
     return summary, result or t.first_result
 
@@ -172,6 +178,30 @@ def render_run_json(summary: RunSummary) -> str:
     return json.dumps(summary.to_dict(), indent=2) + "\n"
 
 
+# A speedup that a trusted clock decided rather than the events (``Timing.clock``) is marked, and
+# the table's caption says what the mark means.
+OTHER_CLOCK_MARK = "*"
+CLOCK_CAPTION = (
+    f"{OTHER_CLOCK_MARK}: decided by the trusted clock, not the events "
+    "(a clock_disagreement finding names both figures)"
+)
+
+
+def clock_mark(clock: TimingClock | None) -> str:
+    return OTHER_CLOCK_MARK if clock not in (None, "events") else ""
+
+
+def clock_counts(clocks: Iterable[TimingClock | None]) -> dict[str, int]:
+    """How many speedups each clock decided, in ``TIMING_CLOCKS`` order (unrecorded ones left out)."""
+    seen = [c for c in clocks if c is not None]
+    return {c: seen.count(c) for c in TIMING_CLOCKS if c in seen}
+
+
+def clocks_text(counts: dict[str, int]) -> str:
+    """``events 17, launch_wall 1``; "-" when nothing was measured."""
+    return ", ".join(f"{c} {n}" for c, n in counts.items()) or "-"
+
+
 def fmt_ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
@@ -180,11 +210,13 @@ def fmt_x(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}x"
 
 
-def _speedup_cell(speedup: float | None, ci: tuple[float | None, float | None]) -> Text:
+def _speedup_cell(
+    speedup: float | None, ci: tuple[float | None, float | None], clock: TimingClock | None = None
+) -> Text:
     if speedup is None:
         return Text("-", style="dim")
     style = "green" if speedup > FASTER else ("red" if speedup < 1 / FASTER else "")
-    text = Text(f"{speedup:.3f}x", style=style)
+    text = Text(f"{speedup:.3f}x{clock_mark(clock)}", style=style)
     if ci[0] is not None and ci[1] is not None:
         text.append(f" [{ci[0]:.2f}, {ci[1]:.2f}]", style="dim")
     return text
@@ -268,10 +300,14 @@ def _run_row(t: TaskSummary) -> tuple[Cell, ...]:
         return (t.task, str(t.level), "-", Text("not evaluated", style="dim"), "-", "-", "-", pending, "0")
     if faster:
         kept = (t.best_label or "-") + ("" if t.final else " (search)")
-        speedup, tried = _speedup_cell(t.speedup, (t.ci_low, t.ci_high)), "-"
+        speedup, tried = _speedup_cell(t.speedup, (t.ci_low, t.ci_high), t.clock), "-"
     else:
         kept, speedup = "reference", Text("1.000x", style="dim")
-        tried = "-" if t.best_label in (None, REFERENCE_LABEL) else f"{t.best_label} {fmt_x(t.speedup)}"
+        tried = (
+            "-"
+            if t.best_label in (None, REFERENCE_LABEL)
+            else f"{t.best_label} {fmt_x(t.speedup)}{clock_mark(t.clock)}"
+        )
     return (
         t.task,
         str(t.level),
@@ -295,7 +331,8 @@ def run_table(s: RunSummary) -> TableSpec:
         columns=RUN_COLUMNS,
         rows=tuple(_run_row(t) for t in s.tasks),
         caption="speedup and CI from the final re-evaluation; (search): not re-evaluated yet;"
-        " kept 'reference': no variant beat it beyond its 95% interval; not evaluated: no result yet",
+        " kept 'reference': no variant beat it beyond its 95% interval; not evaluated: no result yet"
+        + ("; " + CLOCK_CAPTION if any(clock_mark(t.clock) for t in s.tasks) else ""),
     )
 
 
