@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -17,10 +16,19 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from cudal1.report.a_vs_a import (
+    AvsASummary,
+    a_vs_a_facts,
+    a_vs_a_line,
+    a_vs_a_table,
+    anchor_entry,
+    summarize_a_vs_a,
+)
+from cudal1.report.clocks import CLOCK_CAPTION, clock_mark
 from cudal1.report.tables import Cell, Col, TableSpec, to_markdown, to_rich
 from cudal1.run.records import RunRecord, TaskRecord
 from cudal1.run.selection import PARTS, REFERENCE_LABEL
-from cudal1.schema import TIMING_CLOCKS, EvalResult, TimingClock
+from cudal1.schema import EvalResult, TimingClock
 
 # The paper counts a task as improved above 1.01x (shared/research/cuda-l1-method.md).
 FASTER = 1.01
@@ -90,13 +98,16 @@ class RunSummary:
     evaluations_per_device_hour: float | None = None
     device_held_share: float | None = None  # of the devices' wall time
     seconds_by_part: dict[str, float] = dataclasses.field(default_factory=dict)  # ``selection.Part``
+    # The reference anchors' A-vs-A check, in a run with ``a_vs_a`` (``report.a_vs_a``).
+    a_vs_a: AvsASummary | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunSummary:
-        return cls(**{**d, "tasks": tuple(TaskSummary(**t) for t in d["tasks"])})
+        a_vs_a = AvsASummary.from_dict(d["a_vs_a"]) if d.get("a_vs_a") else None
+        return cls(**{**d, "tasks": tuple(TaskSummary(**t) for t in d["tasks"]), "a_vs_a": a_vs_a})
 
 
 def _task_summary(t: TaskRecord) -> tuple[TaskSummary, EvalResult | None]:
@@ -170,36 +181,18 @@ def summarize_run(run: RunRecord) -> RunSummary:
         evaluations_per_device_hour=run.throughput.per_device_hour,
         device_held_share=run.throughput.held_share,
         seconds_by_part={str(k): v for k, v in run.throughput.part_s.items()},
+        a_vs_a=run_a_vs_a(run) if run.config.a_vs_a else None,
     )
+
+
+def run_a_vs_a(run: RunRecord) -> AvsASummary:
+    """Every task's reference anchor as round 0 measured it, inside the run."""
+    return summarize_a_vs_a(anchor_entry(t.name, dict(t.baselines).get(REFERENCE_LABEL)) for t in run.tasks)
 
 
 def render_run_json(summary: RunSummary) -> str:
     """``summary`` as the JSON of ``summary.json`` and ``cudal1 runs show --format json``."""
     return json.dumps(summary.to_dict(), indent=2) + "\n"
-
-
-# A speedup that a trusted clock decided rather than the events (``Timing.clock``) is marked, and
-# the table's caption says what the mark means.
-OTHER_CLOCK_MARK = "*"
-CLOCK_CAPTION = (
-    f"{OTHER_CLOCK_MARK}: decided by the trusted clock, not the events "
-    "(a clock_disagreement finding names both figures)"
-)
-
-
-def clock_mark(clock: TimingClock | None) -> str:
-    return OTHER_CLOCK_MARK if clock not in (None, "events") else ""
-
-
-def clock_counts(clocks: Iterable[TimingClock | None]) -> dict[str, int]:
-    """How many speedups each clock decided, in ``TIMING_CLOCKS`` order (unrecorded ones left out)."""
-    seen = [c for c in clocks if c is not None]
-    return {c: seen.count(c) for c in TIMING_CLOCKS if c in seen}
-
-
-def clocks_text(counts: dict[str, int]) -> str:
-    """``events 17, launch_wall 1``; "-" when nothing was measured."""
-    return ", ".join(f"{c} {n}" for c, n in counts.items()) or "-"
 
 
 def fmt_ms(value: float | None) -> str:
@@ -253,6 +246,8 @@ def render_run_header(s: RunSummary) -> Table:
     grid.add_row("time", f"{s.wall_s:.0f} s wall, {s.gpu_seconds:.0f} s on the timing device")
     grid.add_row("throughput", throughput_line(s))
     grid.add_row("seconds", parts_line(s))
+    if s.a_vs_a is not None:
+        grid.add_row("A-vs-A", a_vs_a_facts(s.a_vs_a))
     return grid
 
 
@@ -352,6 +347,8 @@ def origin_lines(s: RunSummary) -> list[str]:
 
 def render_run_summary(s: RunSummary, width: int = 80) -> Group:
     parts: list[Table | Text] = [render_run_header(s), Text(""), to_rich(run_table(s), width)]
+    if s.a_vs_a is not None:
+        parts.append(to_rich(a_vs_a_table(s.a_vs_a), width))
     origins = origin_lines(s)
     if origins:
         parts.append(Text("origin of the kept kernels:", style="bold"))
@@ -367,8 +364,13 @@ def render_run_markdown(s: RunSummary) -> str:
         f"{s.gpu_seconds:.0f} s on the timing device; LLM {s.llm_calls} calls, {tokens:,} tokens, "
         f"${s.cost_usd:.2f}\n\n"
         f"throughput: {throughput_line(s)}; seconds: {parts_line(s)}\n\n"
+        + (f"{a_vs_a_line(s.a_vs_a)}\n\n" if s.a_vs_a is not None else "")
     )
     origins = "".join(f"- {line}\n" for line in origin_lines(s))
+    a_vs_a = "\n" + to_markdown(a_vs_a_table(s.a_vs_a)) if s.a_vs_a is not None else ""
     return (
-        head + to_markdown(run_table(s)) + ("\norigin of the kept kernels:\n\n" + origins if origins else "")
+        head
+        + to_markdown(run_table(s))
+        + ("\norigin of the kept kernels:\n\n" + origins if origins else "")
+        + a_vs_a
     )

@@ -16,7 +16,8 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from cudal1.report.runs import CLOCK_CAPTION, clock_counts, clock_mark, clocks_text, fmt_ms
+from cudal1.report.clocks import CLOCK_CAPTION, clock_counts, clock_mark, clocks_text
+from cudal1.report.runs import fmt_ms
 from cudal1.report.tables import Cell, Col, TableSpec, to_markdown, to_rich
 from cudal1.schema import CLOCK_WORDS
 from cudal1.search.verify import STATUSES, Row, VerifyRun, VerifyStatus
