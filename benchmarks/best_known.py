@@ -23,6 +23,14 @@ The summary states: geometric means over eager and over each task's best torch.c
 tasks where cudal1's kept kernel is below the best of {torch.compile modes, CUDA graph, the
 verified published kernel} beyond its interval (the goal is none), the tasks where a composition
 beat both its base and every baseline, and evaluations per GPU-hour.
+
+``--a-vs-a`` (issue 22: identical code must measure 1.0x inside a loaded run) runs optimize with
+``--a-vs-a`` and adds the A-vs-A check: the reference, measured as its own candidate in every task
+(round 0's anchor, evaluated beside the run's compile builds), as a column of the table, its
+summary line (how many intervals contain 1.0, half-widths against the goal, the deciding clock)
+and ``a_vs_a`` in the JSON:
+
+    python benchmarks/best_known.py RELEASE.jsonl --per-level 7 --seed 2026 --run runs/a-vs-a --a-vs-a
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from cudal1.report.a_vs_a import AvsAEntry, a_vs_a_line, anchor_entry, summarize_a_vs_a
 from cudal1.run.database import CandidateRow
 from cudal1.run.directory import RunDirectory
 from cudal1.run.records import TaskRecord, load_run
@@ -121,6 +130,7 @@ class TaskComparison:
     kept: Measured
     kept_backend: str = ""
     composed_win: bool = False  # a composition beat its base and every baseline beyond intervals
+    anchor: AvsAEntry | None = None  # the reference as its own candidate (A-vs-A)
 
     @property
     def best_compile(self) -> Measured | None:
@@ -173,7 +183,11 @@ def compare_task(record: TaskRecord, rows: Sequence[CandidateRow]) -> TaskCompar
     compile_ = tuple(_measured(mode, by_label.get(mode)) for mode in COMPILE_MODES)
     graph = _measured(GRAPH, by_label.get(GRAPH))
     kept, backend = _kept(record)
-    comparison = TaskComparison(record.name, record.level, compile_, graph, published, kept, backend)
+    reference = by_label.get(REFERENCE_LABEL)
+    anchor = anchor_entry(record.name, reference.result if reference is not None else None)
+    comparison = TaskComparison(
+        record.name, record.level, compile_, graph, published, kept, backend, anchor=anchor
+    )
     return _with_composed_win(comparison, record, rows)
 
 
@@ -214,6 +228,12 @@ def compare_run(run_dir: Path) -> tuple[list[TaskComparison], dict]:
 def geomean(values: Sequence[float]) -> float | None:
     values = [v for v in values if v and v > 0]
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def a_vs_a_summary(all_tasks: Sequence[TaskComparison]) -> dict:
+    """The A-vs-A check over every task's anchor, with its summary line."""
+    s = summarize_a_vs_a(c.anchor for c in all_tasks if c.anchor is not None)
+    return {"line": a_vs_a_line(s), **s.to_dict()}
 
 
 def summarize(all_tasks: Sequence[TaskComparison]) -> dict:
@@ -266,38 +286,53 @@ def _short(mode: str) -> str:
     }.get(mode, mode)
 
 
-def table(comparisons: Sequence[TaskComparison]) -> Table:
+def table(comparisons: Sequence[TaskComparison], a_vs_a: bool = False) -> Table:
     t = Table(title="speedup over eager, one run, one GPU", show_lines=False)
-    for col in ("task", "compile best", "graph", "published", "cudal1 kept [95% CI]", "origin", "winner"):
+    columns = ["task", "compile best", "graph", "published", "cudal1 kept [95% CI]", "origin", "winner"]
+    for col in columns + (["A-vs-A [95% CI] clock"] if a_vs_a else []):
         t.add_column(col, overflow="fold")
     for c in comparisons:
-        best = c.best_compile
-        kept = c.kept
-        ci = (
-            f" [{kept.ci_low:.2f},{kept.ci_high:.2f}]"
-            if kept.ci_low is not None and kept.ci_high is not None
-            else ""
-        )
-        other = c.best_other
-        winner = (
-            "-"
-            if kept.speedup is None
-            else "cudal1"
-            if other is None or (kept.speedup or 0) >= (other.speedup or 0)
-            else other.name
-        )
-        margin = (kept.speedup or 1.0) / other.speedup if other and other.speedup else None
-        t.add_row(
-            c.task,
-            f"{_x(best)} ({_short(best.name)})" if best else "-",
-            _x(c.graph),
-            _x(c.published),
-            (f"{kept.speedup:.2f}{ci}" if kept.speedup is not None else "not run")
-            + ("" if c.kept_holds else " !"),
-            kept.origin[:28],
-            f"{winner} {margin:.2f}x" if margin else winner,
-        )
+        t.add_row(*_cells(c), *([_anchor_cell(c.anchor)] if a_vs_a else []))
+    if a_vs_a:
+        t.caption = a_vs_a_summary(comparisons)["line"]
     return t
+
+
+def _cells(c: TaskComparison) -> tuple[str, ...]:
+    best = c.best_compile
+    kept = c.kept
+    ci = (
+        f" [{kept.ci_low:.2f},{kept.ci_high:.2f}]"
+        if kept.ci_low is not None and kept.ci_high is not None
+        else ""
+    )
+    other = c.best_other
+    winner = (
+        "-"
+        if kept.speedup is None
+        else "cudal1"
+        if other is None or (kept.speedup or 0) >= (other.speedup or 0)
+        else other.name
+    )
+    margin = (kept.speedup or 1.0) / other.speedup if other and other.speedup else None
+    return (
+        c.task,
+        f"{_x(best)} ({_short(best.name)})" if best else "-",
+        _x(c.graph),
+        _x(c.published),
+        (f"{kept.speedup:.2f}{ci}" if kept.speedup is not None else "not run")
+        + ("" if c.kept_holds else " !"),
+        kept.origin[:28],
+        f"{winner} {margin:.2f}x" if margin else winner,
+    )
+
+
+def _anchor_cell(anchor: AvsAEntry | None) -> str:
+    """The anchor's speedup, interval and deciding clock; ``!`` when its interval excludes 1.0."""
+    if anchor is None or anchor.speedup is None:
+        return (anchor.status if anchor is not None else "not run")[:20]
+    ci = f" [{anchor.ci_low:.3f},{anchor.ci_high:.3f}]" if anchor.ci_low is not None else ""
+    return f"{anchor.speedup:.3f}{ci} {anchor.clock or '-'}" + ("" if anchor.contains_one else " !")
 
 
 # The competitors the comparison names, as round-0 baselines: each torch.compile mode and CUDA
@@ -313,7 +348,8 @@ def _listed(values: Sequence[str]) -> str:
     return "[" + ",".join(values) + "]"
 
 
-def run_optimize(args: argparse.Namespace, tasks_file: Path, run: Path) -> int:
+def optimize_command(args: argparse.Namespace, tasks_file: Path, run: Path) -> list[str]:
+    """The ``cudal1 optimize`` command line the benchmark runs."""
     command = [
         sys.executable,
         "-m",
@@ -337,10 +373,17 @@ def run_optimize(args: argparse.Namespace, tasks_file: Path, run: Path) -> int:
     ]
     if args.workers:
         command += ["--set", f"pool.workers={args.workers}"]
+    if args.a_vs_a:
+        command.append("--a-vs-a")
     if args.resume and (run / "candidates.db").exists():
         command.append("--resume")
     for item in args.set or ():
         command += ["--set", item]
+    return command
+
+
+def run_optimize(args: argparse.Namespace, tasks_file: Path, run: Path) -> int:
+    command = optimize_command(args, tasks_file, run)
     print("$", " ".join(command), flush=True)
     # Ctrl-C (or `timeout -s INT`) reaches optimize, which stops cleanly and keeps what it stored;
     # this process waits for it instead of killing it (what subprocess.call does on an interrupt).
@@ -370,6 +413,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--set", action="append", help="more optimize config overrides")
     ap.add_argument("--resume", action="store_true", help="continue the run in --run")
+    ap.add_argument(
+        "--a-vs-a",
+        action="store_true",
+        help="A-vs-A check: the reference measured as its own candidate in every task, as a column, "
+        "a summary line (intervals containing 1.0, half-widths, clocks) and 'a_vs_a' in the JSON",
+    )
     ap.add_argument("--report-only", action="store_true", help="print the table of the run as it stands")
     ap.add_argument("--json", type=Path, help="write rows and summary here")
     args = ap.parse_args(argv)
@@ -386,8 +435,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"optimize exited {rc}; the table shows what the run holds (resume with --resume)")
     comparisons, facts = compare_run(run)
     summary = summarize(comparisons)
+    if args.a_vs_a:
+        summary["a_vs_a"] = a_vs_a_summary(comparisons)
     console = Console(width=140)
-    console.print(table(comparisons))
+    console.print(table(comparisons, a_vs_a=args.a_vs_a))
     console.print(json.dumps({**summary, **facts}, indent=1))
     if args.json:
         args.json.write_text(

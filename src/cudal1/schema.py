@@ -29,6 +29,20 @@ Bound = Literal["memory", "compute", "launch"]
 LAUNCH_BOUND_MS = 0.1
 LAUNCH_BOUND_FACTOR = 10.0
 TimingStopReason = Literal["precision", "max_samples", "budget", "output_check_failed"]
+# The clock whose figure a ``Timing``'s speedup is (issue 22: a verdict read 0.826x where the event
+# samples said 1.03x, and nothing in the result said which clock had decided). "events": the
+# workers' own clocks (CUDA events on a GPU, the worker's timer on a CPU) on the main samples, the
+# figure by default; "wall": the trusted clock on the main samples; "launch_wall": the trusted
+# clock on the short-lead pairs (the host's launch time inside). Another clock than "events"
+# decides only with a ``clock_disagreement`` finding that names both figures (``checks.clock``).
+TimingClock = Literal["events", "wall", "launch_wall"]
+TIMING_CLOCKS: tuple[TimingClock, ...] = get_args(TimingClock)
+# How findings and reports name each clock.
+CLOCK_WORDS: dict[TimingClock, str] = {
+    "events": "worker clocks (CUDA events on a GPU)",
+    "wall": "trusted clock",
+    "launch_wall": "trusted clock on the short-lead pairs",
+}
 
 # The phases whose seconds ``Environment.device_s`` keeps (``eval.record.EvaluationRecord.phase``).
 # "first_calls" (the candidate's untimed first forward calls, where lazy builds happen) runs
@@ -193,15 +207,29 @@ class Timing:
     cand_ms: tuple[float, ...]
     ref_wall_ms: tuple[float, ...]
     cand_wall_ms: tuple[float, ...]
-    speedup: float  # median of paired ratios ref/cand (worker clocks)
+    speedup: float  # median of paired ratios ref/cand on ``clock`` (the worker clocks by default)
     ci_low: float  # bootstrap 95% interval of that median
     ci_high: float
-    wall_speedup: float  # the same statistic from the trusted clock
+    wall_speedup: float  # the same statistic from the trusted clock (the pairs its check used)
     stop_reason: TimingStopReason
     # The same statistic with the host's launch time inside (a short lead, so the GPU waits for
     # the host where calls are launch-bound), from a few extra samples; None where not measured.
     launch_speedup: float | None = None
     host_behind: int = 0  # samples whose launches the host could not queue ahead of the GPU
+    clock: TimingClock = "events"  # whose figure ``speedup`` and its interval are
+    # The worker clocks' figure and its interval, kept whichever clock decided (None: a result
+    # stored before they were kept, whose ``speedup`` is the events' unless ``clock`` says not).
+    event_speedup: float | None = None
+    event_ci_low: float | None = None
+    event_ci_high: float | None = None
+
+    @property
+    def events_figure(self) -> float | None:
+        """The worker clocks' speedup, whichever clock decided (None: not kept, in a result stored
+        before it was, where another clock decided)."""
+        if self.event_speedup is not None:
+            return self.event_speedup
+        return self.speedup if self.clock == "events" else None
 
     @property
     def ref_median_ms(self) -> float:
@@ -409,10 +437,12 @@ class EvalResult:
     def from_dict(cls, d: dict[str, Any]) -> EvalResult:
         corr = d.get("correctness")
         tim = d.get("timing")
+        findings = tuple(Finding.from_dict(f) for f in d.get("findings", []))
         if tim is not None:
             tim = dict(tim)
             for key in ("ref_ms", "cand_ms", "ref_wall_ms", "cand_wall_ms"):
                 tim[key] = tuple(tim[key])
+            tim.setdefault("clock", _stored_clock(tim, findings))
         return cls(
             task=d["task"],
             candidate_hash=d["candidate_hash"],
@@ -420,10 +450,20 @@ class EvalResult:
             stages=tuple(StageRecord.from_dict(s) for s in d.get("stages", [])),
             correctness=Correctness(**corr) if corr else None,
             timing=Timing(**tim) if tim else None,
-            findings=tuple(Finding.from_dict(f) for f in d.get("findings", [])),
+            findings=findings,
             environment=Environment.from_dict(d.get("environment")),
             sol=SpeedOfLight(**d["sol"]) if d.get("sol") else None,
         )
+
+
+def _stored_clock(timing: Mapping[str, Any], findings: tuple[Finding, ...]) -> TimingClock:
+    """The clock that decided a result stored before ``Timing.clock`` was: the trusted clock where
+    its ``clock_disagreement`` finding's wall figure is the speedup (on the short-lead pairs where
+    there were any, as ``checks.clock`` chose them), else the events."""
+    walls = [f.evidence.get("wall_speedup") for f in findings if f.code == "clock_disagreement"]
+    if timing.get("speedup") not in walls:
+        return "events"
+    return "launch_wall" if timing.get("launch_speedup") is not None else "wall"
 
 
 def _median(xs: tuple[float, ...]) -> float:

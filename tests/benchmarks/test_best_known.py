@@ -92,3 +92,36 @@ def test_a_task_with_nothing_measured_yet_has_no_verdict(db):
     c = compare_task(record, [])
     assert c.kept.speedup is None and c.kept.status == "not run"
     assert summarize([c])["tasks_measured"] == 0
+
+
+def test_a_vs_a_reads_the_reference_anchor_into_a_column_and_a_summary_line(db):
+    from best_known import a_vs_a_summary, table
+    from rich.console import Console
+
+    _store(db, "cuda-graph", 1.2)
+    anchor = _store(db, "reference", 0.95, backend="baseline", origin="reference")
+    c = compare_task(*_record(db, anchor))
+    assert c.anchor is not None and c.anchor.speedup == pytest.approx(0.95) and not c.anchor.contains_one
+    s = a_vs_a_summary([c])
+    assert s["measured"] == 1 and s["contain_one"] == 0 and s["clocks"] == {"events": 1}
+    assert s["line"].startswith("A-vs-A (the reference as its own candidate): 0/1 intervals contain 1.0")
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(table([c], a_vs_a=True))
+    text = console.export_text()
+    assert "A-vs-A [95% CI] clock" in text and "0.950 [0.941,0.959] events !" in text
+    assert "0/1 intervals contain 1.0" in text
+    console.print(table([c]))
+    assert console.export_text().count("A-vs-A") == 0
+
+
+def test_the_a_vs_a_mode_runs_optimize_with_its_flag(tmp_path):
+    import argparse
+
+    from best_known import optimize_command
+
+    args = argparse.Namespace(
+        budget_s=1.0, final_budget_s=3.0, workers=6, resume=False, set=None, a_vs_a=True
+    )
+    assert "--a-vs-a" in optimize_command(args, tmp_path / "t.jsonl", tmp_path / "run")
+    args.a_vs_a = False
+    assert "--a-vs-a" not in optimize_command(args, tmp_path / "t.jsonl", tmp_path / "run")

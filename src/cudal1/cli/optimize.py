@@ -72,6 +72,16 @@ def optimize_command(
         ),
     ] = None,
     seed: Annotated[list[Path] | None, typer.Option("--seed", metavar="FILE", help=SEED_HELP)] = None,
+    a_vs_a: Annotated[
+        bool | None,
+        typer.Option(
+            "--a-vs-a/--no-a-vs-a",
+            help="A-vs-A check: state how the reference, measured as its own candidate in every task"
+            " (round 0 always holds it), came out: a table of its intervals, and a summary line with"
+            " how many contain 1.0, their half-widths against the goal and the clock that decided"
+            " (config: a_vs_a)",
+        ),
+    ] = None,
     config: Annotated[Path | None, typer.Option(help="YAML OptimizeConfig")] = None,
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="config override, e.g. budget.max_wall_s=3600")
@@ -101,6 +111,7 @@ verify. Given with --resume, seeds the run does not have yet are evaluated first
         "eval.device": device,
         "size": size,
         "suite": suite,
+        "a_vs_a": a_vs_a,
         **pool_values(pool, devices),
         **seed_values(seed),
     }

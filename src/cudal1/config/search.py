@@ -224,6 +224,12 @@ class OptimizeConfig(StrictConfig):
     compose: ComposeConfig = Field(
         default_factory=ComposeConfig, description="transforms composed over each round's best kernels"
     )
+    a_vs_a: bool = Field(
+        False,
+        description="state the A-vs-A check in the summary: round 0's reference anchor (the task's own "
+        "program as ModelNew, which every run evaluates beside its other work) per task, how many of "
+        "their intervals contain 1.0, their half-widths against the goal, and the clock that decided",
+    )
     size: Size = Field("auto", description="bundled-suite sizes when no task path is given (auto: by device)")
     suite: Suite = Field(
         "quick",

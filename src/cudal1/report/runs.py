@@ -16,10 +16,19 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from cudal1.report.a_vs_a import (
+    AvsASummary,
+    a_vs_a_facts,
+    a_vs_a_line,
+    a_vs_a_table,
+    anchor_entry,
+    summarize_a_vs_a,
+)
+from cudal1.report.clocks import CLOCK_CAPTION, clock_mark
 from cudal1.report.tables import Cell, Col, TableSpec, to_markdown, to_rich
 from cudal1.run.records import RunRecord, TaskRecord
 from cudal1.run.selection import PARTS, REFERENCE_LABEL
-from cudal1.schema import EvalResult
+from cudal1.schema import EvalResult, TimingClock
 
 # The paper counts a task as improved above 1.01x (shared/research/cuda-l1-method.md).
 FASTER = 1.01
@@ -61,6 +70,9 @@ class TaskSummary:
     # reply) and, for a seed, the speedup its source claimed (measured elsewhere).
     origin: str = ""
     claimed_speedup: float | None = None
+    # The clock that decided ``speedup`` (``Timing.clock``) and the events' figure beside it.
+    clock: TimingClock | None = None
+    event_speedup: float | None = None
 
 
 @dataclass(frozen=True)
@@ -86,13 +98,16 @@ class RunSummary:
     evaluations_per_device_hour: float | None = None
     device_held_share: float | None = None  # of the devices' wall time
     seconds_by_part: dict[str, float] = dataclasses.field(default_factory=dict)  # ``selection.Part``
+    # The reference anchors' A-vs-A check, in a run with ``a_vs_a`` (``report.a_vs_a``).
+    a_vs_a: AvsASummary | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunSummary:
-        return cls(**{**d, "tasks": tuple(TaskSummary(**t) for t in d["tasks"])})
+        a_vs_a = AvsASummary.from_dict(d["a_vs_a"]) if d.get("a_vs_a") else None
+        return cls(**{**d, "tasks": tuple(TaskSummary(**t) for t in d["tasks"]), "a_vs_a": a_vs_a})
 
 
 def _task_summary(t: TaskRecord) -> tuple[TaskSummary, EvalResult | None]:
@@ -122,6 +137,8 @@ def _task_summary(t: TaskRecord) -> tuple[TaskSummary, EvalResult | None]:
         rounds_done=t.rounds_done,
         origin=best.origin if best else "",
         claimed_speedup=best.claimed_speedup if best else None,
+        clock=timing.clock if timing else None,
+        event_speedup=timing.events_figure if timing else None,
     )
     return summary, result or t.first_result
 
@@ -164,7 +181,13 @@ def summarize_run(run: RunRecord) -> RunSummary:
         evaluations_per_device_hour=run.throughput.per_device_hour,
         device_held_share=run.throughput.held_share,
         seconds_by_part={str(k): v for k, v in run.throughput.part_s.items()},
+        a_vs_a=run_a_vs_a(run) if run.config.a_vs_a else None,
     )
+
+
+def run_a_vs_a(run: RunRecord) -> AvsASummary:
+    """Every task's reference anchor as round 0 measured it, inside the run."""
+    return summarize_a_vs_a(anchor_entry(t.name, dict(t.baselines).get(REFERENCE_LABEL)) for t in run.tasks)
 
 
 def render_run_json(summary: RunSummary) -> str:
@@ -180,11 +203,13 @@ def fmt_x(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}x"
 
 
-def _speedup_cell(speedup: float | None, ci: tuple[float | None, float | None]) -> Text:
+def _speedup_cell(
+    speedup: float | None, ci: tuple[float | None, float | None], clock: TimingClock | None = None
+) -> Text:
     if speedup is None:
         return Text("-", style="dim")
     style = "green" if speedup > FASTER else ("red" if speedup < 1 / FASTER else "")
-    text = Text(f"{speedup:.3f}x", style=style)
+    text = Text(f"{speedup:.3f}x{clock_mark(clock)}", style=style)
     if ci[0] is not None and ci[1] is not None:
         text.append(f" [{ci[0]:.2f}, {ci[1]:.2f}]", style="dim")
     return text
@@ -221,6 +246,8 @@ def render_run_header(s: RunSummary) -> Table:
     grid.add_row("time", f"{s.wall_s:.0f} s wall, {s.gpu_seconds:.0f} s on the timing device")
     grid.add_row("throughput", throughput_line(s))
     grid.add_row("seconds", parts_line(s))
+    if s.a_vs_a is not None:
+        grid.add_row("A-vs-A", a_vs_a_facts(s.a_vs_a))
     return grid
 
 
@@ -268,10 +295,14 @@ def _run_row(t: TaskSummary) -> tuple[Cell, ...]:
         return (t.task, str(t.level), "-", Text("not evaluated", style="dim"), "-", "-", "-", pending, "0")
     if faster:
         kept = (t.best_label or "-") + ("" if t.final else " (search)")
-        speedup, tried = _speedup_cell(t.speedup, (t.ci_low, t.ci_high)), "-"
+        speedup, tried = _speedup_cell(t.speedup, (t.ci_low, t.ci_high), t.clock), "-"
     else:
         kept, speedup = "reference", Text("1.000x", style="dim")
-        tried = "-" if t.best_label in (None, REFERENCE_LABEL) else f"{t.best_label} {fmt_x(t.speedup)}"
+        tried = (
+            "-"
+            if t.best_label in (None, REFERENCE_LABEL)
+            else f"{t.best_label} {fmt_x(t.speedup)}{clock_mark(t.clock)}"
+        )
     return (
         t.task,
         str(t.level),
@@ -295,7 +326,8 @@ def run_table(s: RunSummary) -> TableSpec:
         columns=RUN_COLUMNS,
         rows=tuple(_run_row(t) for t in s.tasks),
         caption="speedup and CI from the final re-evaluation; (search): not re-evaluated yet;"
-        " kept 'reference': no variant beat it beyond its 95% interval; not evaluated: no result yet",
+        " kept 'reference': no variant beat it beyond its 95% interval; not evaluated: no result yet"
+        + ("; " + CLOCK_CAPTION if any(clock_mark(t.clock) for t in s.tasks) else ""),
     )
 
 
@@ -315,6 +347,8 @@ def origin_lines(s: RunSummary) -> list[str]:
 
 def render_run_summary(s: RunSummary, width: int = 80) -> Group:
     parts: list[Table | Text] = [render_run_header(s), Text(""), to_rich(run_table(s), width)]
+    if s.a_vs_a is not None:
+        parts.append(to_rich(a_vs_a_table(s.a_vs_a), width))
     origins = origin_lines(s)
     if origins:
         parts.append(Text("origin of the kept kernels:", style="bold"))
@@ -330,8 +364,13 @@ def render_run_markdown(s: RunSummary) -> str:
         f"{s.gpu_seconds:.0f} s on the timing device; LLM {s.llm_calls} calls, {tokens:,} tokens, "
         f"${s.cost_usd:.2f}\n\n"
         f"throughput: {throughput_line(s)}; seconds: {parts_line(s)}\n\n"
+        + (f"{a_vs_a_line(s.a_vs_a)}\n\n" if s.a_vs_a is not None else "")
     )
     origins = "".join(f"- {line}\n" for line in origin_lines(s))
+    a_vs_a = "\n" + to_markdown(a_vs_a_table(s.a_vs_a)) if s.a_vs_a is not None else ""
     return (
-        head + to_markdown(run_table(s)) + ("\norigin of the kept kernels:\n\n" + origins if origins else "")
+        head
+        + to_markdown(run_table(s))
+        + ("\norigin of the kept kernels:\n\n" + origins if origins else "")
+        + a_vs_a
     )

@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.text import Text
 
 from cudal1.report.tables import Cell, Col, TableSpec, to_markdown, to_rich
-from cudal1.schema import Correctness, EvalResult, Severity, Task
+from cudal1.schema import CLOCK_WORDS, Correctness, EvalResult, Severity, Task, Timing
 
 
 def task_table(tasks: list[Task], base: Path | None = None) -> TableSpec:
@@ -49,6 +49,8 @@ def _eval_lines(r: EvalResult) -> list[Text]:
         lines.append(Text(r.error, style="red"))
     if r.correctness is not None:
         lines.append(Text(correctness_line(r.correctness)))
+    if r.timing is not None:
+        lines.append(Text(clock_line(r.timing)))
     if r.sol is not None:
         o = r.sol
         lines.append(
@@ -59,6 +61,17 @@ def _eval_lines(r: EvalResult) -> list[Text]:
             )
         )
     return lines
+
+
+def clock_line(t: Timing) -> str:
+    """Which clock decided the speedup, and the events' figure where another clock did."""
+    line = f"speedup {t.speedup:.3f}x decided by the {CLOCK_WORDS[t.clock]}"
+    if t.clock != "events":
+        events = t.events_figure
+        line += (
+            "; the worker clocks read " + ("-" if events is None else f"{events:.3f}x") + " (see findings)"
+        )
+    return line
 
 
 def correctness_line(c: Correctness) -> str:
@@ -94,7 +107,7 @@ def _timing_table(r: EvalResult) -> TableSpec:
         ("worker clock ms (median)", f"{t.ref_median_ms:.4f}", f"{t.cand_median_ms:.4f}"),
         ("trusted clock ms (median)", f"{ref_wall:.4f}", f"{cand_wall:.4f}"),
         ("speedup", f"{t.speedup:.3f}x", f"95% CI [{t.ci_low:.3f}, {t.ci_high:.3f}]"),
-        ("trusted-clock speedup", f"{t.wall_speedup:.3f}x", ""),
+        *_other_figures(t),
         ("samples x calls", f"{len(t.ref_ms)} x {t.calls_per_sample}", f"stop: {t.stop_reason}"),
     )
     columns = (
@@ -103,6 +116,23 @@ def _timing_table(r: EvalResult) -> TableSpec:
         Col("candidate", "cand", right=True),
     )
     return TableSpec("timing (per call)", columns, rows)
+
+
+def _other_figures(t: Timing) -> list[tuple[Cell, ...]]:
+    """The figures of the clocks that did not decide: the events' (with its interval) where a
+    trusted clock did, and the trusted clock's."""
+    rows: list[tuple[Cell, ...]] = []
+    if t.clock != "events":
+        events = t.events_figure
+        ci = (
+            f"95% CI [{t.event_ci_low:.3f}, {t.event_ci_high:.3f}]"
+            if t.event_ci_low is not None and t.event_ci_high is not None
+            else ""
+        )
+        rows.append(("worker-clock speedup", "-" if events is None else f"{events:.3f}x", ci))
+    if t.clock == "events" or t.wall_speedup != t.speedup:
+        rows.append(("trusted-clock speedup", f"{t.wall_speedup:.3f}x", ""))
+    return rows
 
 
 def _findings_table(r: EvalResult) -> TableSpec:

@@ -16,8 +16,10 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from cudal1.report.clocks import CLOCK_CAPTION, clock_counts, clock_mark, clocks_text
 from cudal1.report.runs import fmt_ms
 from cudal1.report.tables import Cell, Col, TableSpec, to_markdown, to_rich
+from cudal1.schema import CLOCK_WORDS
 from cudal1.search.verify import STATUSES, Row, VerifyRun, VerifyStatus
 
 
@@ -31,6 +33,8 @@ class Summary:
     measured: dict[str, float | None] = field(default_factory=dict)
     ratio_geomean: float | None = None  # geomean of measured / claimed
     within_ci: int = 0  # claims inside the measured 95% interval
+    # Measured records by the clock that decided their speedup (``Timing.clock``).
+    clocks: dict[str, int] = field(default_factory=dict)
 
 
 def summarize(rows: Iterable[Row]) -> Summary:
@@ -50,6 +54,7 @@ def summarize(rows: Iterable[Row]) -> Summary:
         within_ci=sum(
             r.ci_low is not None and r.ci_high is not None and r.ci_low <= c <= r.ci_high for c, _, r in pairs
         ),
+        clocks=clock_counts(r.clock for r in rows if r.measured is not None),
     )
 
 
@@ -95,6 +100,9 @@ def progress_line(done: int, total: int, row: Row) -> str:
         if row.ci_low is not None and row.ci_high is not None
         else ""
     )
+    if row.clock not in (None, "events"):
+        events = f"; the events' {_x(row.events)}" if row.events is not None else ""
+        measured += f" by the {CLOCK_WORDS[row.clock]}{events}"
     tail = f"  {row.reason[:100]}" if row.reason and row.status != "verified" else ""
     codes = f"  findings: {', '.join(row.findings)}" if row.findings else ""
     return f"[{done}/{total}] L{row.level} {row.task}: {row.status}; {claim}, {measured}{codes}{tail}"
@@ -123,11 +131,14 @@ def rows_table(rows: list[Row]) -> TableSpec:
         body.append(
             (
                 str(r.index), str(r.level), r.task, Text(r.status, style=_STYLE.get(r.status, "")),
-                _x(r.claimed), _x(r.measured), ci, fmt_ms(r.ref_ms), fmt_ms(r.cand_ms),
+                _x(r.claimed), _x(r.measured) + clock_mark(r.clock), ci, fmt_ms(r.ref_ms), fmt_ms(r.cand_ms),
                 ": ".join(x for x in (r.stage, r.reason[:60]) if x), ", ".join(r.findings),
             )
         )  # fmt: skip
-    return TableSpec(f"verify: {len(rows)} records", ROW_COLUMNS, tuple(body))
+    marked = any(clock_mark(r.clock) for r in rows)
+    return TableSpec(
+        f"verify: {len(rows)} records", ROW_COLUMNS, tuple(body), CLOCK_CAPTION if marked else ""
+    )
 
 
 def render_rows(rows: list[Row], width: int = 80) -> Table:
@@ -152,6 +163,7 @@ def summary_table(s: Summary) -> TableSpec:
     ]
     rows.append(("measured / claimed", "", "", _x(s.ratio_geomean)))
     rows.append(("claims inside the measured 95% CI", "", "", f"{s.within_ci}/{s.compared}"))
+    rows.append(("measured records by deciding clock", "", "", clocks_text(s.clocks)))
     return TableSpec(f"summary: {s.records} records ({counts})", columns, tuple(rows))
 
 

@@ -30,7 +30,7 @@ from typing import Any, Literal, get_args
 
 from cudal1.config import EvalConfig, PoolConfig
 from cudal1.eval.pool_kinds import make_pool
-from cudal1.schema import Candidate, EvalRequest, EvalResult, Severity, Stage, Task
+from cudal1.schema import Candidate, EvalRequest, EvalResult, Severity, Stage, Task, TimingClock
 from cudal1.tasks import TaskError, load_cuda_l1_records
 
 Record = tuple[Task, Candidate | None]
@@ -91,6 +91,9 @@ class Row:
     reason: str = ""
     findings: tuple[str, ...] = ()  # "code (severity)"
     candidate_hash: str = ""
+    # The clock whose figure ``measured`` is (``Timing.clock``), and the events' figure beside it.
+    clock: TimingClock | None = None
+    events: float | None = None
 
 
 def row_for(index: int, task: Task, cand: Candidate | None, result: EvalResult | None) -> Row:
@@ -109,6 +112,8 @@ def row_for(index: int, task: Task, cand: Candidate | None, result: EvalResult |
         ci_high=t.ci_high if t else None,
         ref_ms=t.ref_median_ms if t else None,
         cand_ms=t.cand_median_ms if t else None,
+        clock=t.clock if t else None,
+        events=t.events_figure if t else None,
         stage=(failed or (result.stages[-1].stage if result.stages else Stage.STATIC)).value,
         reason=_reason(result),
         findings=tuple(f"{f.code} ({f.severity.value})" for f in result.findings),

@@ -52,6 +52,7 @@ class Endpoint(Protocol):
     def warmup(self, min_calls: int, min_ms: float) -> tuple[int, float]: ...
     def round_trip_ms(self) -> float: ...
     def prepare(self) -> None: ...
+
     host_ahead: bool  # whether the last sample's launches were all queued before the GPU got to them
 
     def start(self, calls: int, first_set: int, lead_us: float | None = None) -> None: ...
@@ -149,7 +150,9 @@ def measure_paired(
         out.launch = launch
     if not out.failures:
         # One more pair whose output is certainly checked, after all the samples (not recorded).
-        digests, _ = _sample(PairedOutcome(k, lead_us=out.lead_us), ref, cand, rtt, refresh(sample, k), rng, clock)
+        digests, _ = _sample(
+            PairedOutcome(k, lead_us=out.lead_us), ref, cand, rtt, refresh(sample, k), rng, clock
+        )
         _check(out, check, sample, digests)
     return out
 
@@ -226,7 +229,9 @@ def _choose_calls(
         calls, _ = side.warmup(cfg.warmup_calls, cfg.warmup_ms)
         wall_ms = (clock() - t0) * 1000 - side.round_trip_ms()
         estimates.append(max(wall_ms, 1e-6) / max(calls, 1))
-    k = stats.calls_per_sample(min(estimates), cfg.tiny_call_ms, cfg.sample_target_ms, cfg.max_calls_per_sample)
+    k = stats.calls_per_sample(
+        min(estimates), cfg.tiny_call_ms, cfg.sample_target_ms, cfg.max_calls_per_sample
+    )
     return k, max(estimates)
 
 
