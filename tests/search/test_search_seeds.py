@@ -25,6 +25,7 @@ from cudal1.search.seeds import (
     load_seeds,
     reference_anchor,
     seed_proposals,
+    seeds_first,
     store_late_seeds,
     store_round_zero,
 )
@@ -139,6 +140,14 @@ def test_round_zero_without_rounds_stores_seeds_of_every_task_first_then_only_ne
         more = seeds_for(GELU, kernel(GOOD_SEED), kernel(WRONG_SEED))
         store_round_zero(db, tasks, more, run_id, baselines=True, labels=["cudnn-benchmark"])
         assert [r.source for r in db.pending(GELU.name)][3:] == [WRONG_SEED]  # the new one only
+        # a resumed stage evaluates its pending candidates seeds first: the late one too
+        ordered = [(r.task, r.source == WRONG_SEED, r.backend) for r in seeds_first(db.pending())]
+        assert ordered[:3] == [
+            (GELU.name, False, "seed"),
+            (other.name, False, "seed"),
+            (GELU.name, True, "seed"),
+        ]
+        assert [b for _, _, b in ordered[3:]] == ["baseline"] * 4
 
 
 def test_a_failed_or_rejected_seed_is_never_kept_whatever_it_claims(tmp_path: Path) -> None:

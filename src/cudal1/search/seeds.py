@@ -27,7 +27,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cudal1.run.database import CandidateDB, Provenance
+from cudal1.run.database import CandidateDB, CandidateRow, Provenance
 from cudal1.run.directory import RunError
 from cudal1.run.selection import REFERENCE_LABEL
 from cudal1.schema import Candidate, Task, source_hash
@@ -78,6 +78,12 @@ def seed_candidates(
 def is_seed(backend: str) -> bool:
     """Whether a proposal's or a row's backend says it is a kernel given with --seed."""
     return backend == SEED_BACKEND
+
+
+def seeds_first(rows: Sequence[CandidateRow]) -> list[CandidateRow]:
+    """``rows`` with the seeds before the others, each part in its order (a resumed stage's
+    pending candidates, to evaluate in that order)."""
+    return sorted(rows, key=lambda r: not is_seed(r.backend))
 
 
 def store_seeds_first(
