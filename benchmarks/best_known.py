@@ -22,7 +22,9 @@ run that a time limit or a kill stopped (the optimize run is resumable; nothing 
 The summary states: geometric means over eager and over each task's best torch.compile mode, the
 tasks where cudal1's kept kernel is below the best of {torch.compile modes, CUDA graph, the
 verified published kernel} beyond its interval (the goal is none), the tasks where a composition
-beat both its base and every baseline, and evaluations per GPU-hour.
+beat both its base and every baseline, and evaluations per GPU-hour over the benchmark's own wall
+time, summed over its calls (``wall_log.py``: a call killed with its GPU session still counts up
+to its last progress step); a run directory without that record falls back on the run's own.
 
 ``--a-vs-a`` (issue 22: identical code must measure 1.0x inside a loaded run) runs optimize with
 ``--a-vs-a`` and adds the A-vs-A check: the reference, measured as its own candidate in every task
@@ -57,6 +59,9 @@ from cudal1.run.records import TaskRecord, load_run
 from cudal1.run.selection import REFERENCE_LABEL, why_not_ok
 from cudal1.schema import Candidate, Task
 from cudal1.tasks.cuda_l1 import load_cuda_l1_records
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from wall_log import WALL_FILE, WallLog, total_wall_s  # noqa: E402
 
 COMPILE_MODES = (
     "torch-compile-default",
@@ -202,24 +207,43 @@ def _with_composed_win(c: TaskComparison, record: TaskRecord, rows: Sequence[Can
     return dataclasses.replace(c, composed_win=all(c.kept.ci_low > s for s in rivals))
 
 
-def compare_run(run_dir: Path) -> tuple[list[TaskComparison], dict]:
-    """Every task's comparison, and the run's throughput facts."""
+def compare_run(run_dir: Path, bench_wall_s: float | None = None) -> tuple[list[TaskComparison], dict]:
+    """Every task's comparison, and the run's throughput facts over ``bench_wall_s``, the
+    benchmark's own wall time (None: the run's recorded wall time, which a kill loses)."""
     record = load_run(run_dir)
     with RunDirectory(run_dir).open_db() as db:
         rows = {t.name: db.evaluated(t.name) for t in record.tasks}
     comparisons = [compare_task(t, rows[t.name]) for t in record.tasks]
     evaluations = sum(len(r) for r in rows.values()) + sum(t.final is not None for t in record.tasks)
     devices = max(1, len(record.config.pool.devices))
-    hours = record.wall_s / 3600.0
     facts = {
-        "evaluations": evaluations,
-        "wall_s": round(record.wall_s, 1),
-        "devices": devices,
-        "evaluations_per_gpu_hour": round(evaluations / (hours * devices), 1) if hours > 0 else None,
+        **throughput_facts(evaluations, devices, bench_wall_s, record.wall_s),
         "gpu_seconds": round(record.gpu_seconds, 1),
         "complete": record.complete,
     }
     return comparisons, facts
+
+
+def throughput_facts(evaluations: int, devices: int, bench_wall_s: float | None, run_wall_s: float) -> dict:
+    """Evaluations per GPU-hour over the benchmark's wall time, or the run's where it has none."""
+    wall_s = bench_wall_s if bench_wall_s is not None else run_wall_s
+    hours = wall_s / 3600.0
+    return {
+        "evaluations": evaluations,
+        "wall_s": round(wall_s, 1),
+        "wall_from": "benchmark" if bench_wall_s is not None else "run",
+        "run_wall_s": round(run_wall_s, 1),
+        "devices": devices,
+        "evaluations_per_gpu_hour": round(evaluations / (hours * devices), 1) if hours > 0 else None,
+    }
+
+
+def throughput_caption(facts: dict) -> str:
+    rate = facts["evaluations_per_gpu_hour"]
+    return (
+        f"{facts['evaluations']} evaluations in {facts['wall_s']:.0f} s ({facts['wall_from']} wall time)"
+        f" on {facts['devices']} GPU(s): {rate if rate is not None else '-'} per GPU-hour"
+    )
 
 
 # -- summary and rendering -------------------------------------------------------------------------
@@ -286,15 +310,16 @@ def _short(mode: str) -> str:
     }.get(mode, mode)
 
 
-def table(comparisons: Sequence[TaskComparison], a_vs_a: bool = False) -> Table:
-    t = Table(title="speedup over eager, one run, one GPU", show_lines=False)
+def table(comparisons: Sequence[TaskComparison], caption: str | None = None, a_vs_a: bool = False) -> Table:
+    t = Table(title="speedup over eager, one run, one GPU", caption=caption, show_lines=False)
     columns = ["task", "compile best", "graph", "published", "cudal1 kept [95% CI]", "origin", "winner"]
     for col in columns + (["A-vs-A [95% CI] clock"] if a_vs_a else []):
         t.add_column(col, overflow="fold")
     for c in comparisons:
         t.add_row(*_cells(c), *([_anchor_cell(c.anchor)] if a_vs_a else []))
     if a_vs_a:
-        t.caption = a_vs_a_summary(comparisons)["line"]
+        line = a_vs_a_summary(comparisons)["line"]
+        t.caption = f"{caption}\n{line}" if caption else line
     return t
 
 
@@ -382,14 +407,14 @@ def optimize_command(args: argparse.Namespace, tasks_file: Path, run: Path) -> l
     return command
 
 
-def run_optimize(args: argparse.Namespace, tasks_file: Path, run: Path) -> int:
+def run_optimize(args: argparse.Namespace, tasks_file: Path, run: Path, wall: WallLog) -> int:
     command = optimize_command(args, tasks_file, run)
     print("$", " ".join(command), flush=True)
     # Ctrl-C (or `timeout -s INT`) reaches optimize, which stops cleanly and keeps what it stored;
     # this process waits for it instead of killing it (what subprocess.call does on an interrupt).
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        return subprocess.Popen(command, preexec_fn=_default_sigint).wait()
+        return wall.wait(subprocess.Popen(command, preexec_fn=_default_sigint))
     finally:
         signal.signal(signal.SIGINT, previous)
 
@@ -425,20 +450,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args.run.mkdir(parents=True, exist_ok=True)
     tasks_file, run = args.run / "tasks.jsonl", args.run / "optimize"
+    wall_file = args.run / WALL_FILE
     if not args.report_only:
+        wall = WallLog(wall_file, fresh=not args.resume)
         if not (args.resume and tasks_file.exists()):
             drawn = draw(load_cuda_l1_records(args.records), args.per_level, args.seed)
             write_records(drawn, tasks_file, args.records)
             print(f"drew {len(drawn)} tasks with seed {args.seed}: {', '.join(t.name for t, _ in drawn)}")
-        rc = run_optimize(args, tasks_file, run)
+        rc = run_optimize(args, tasks_file, run, wall)
         if rc != 0:
             print(f"optimize exited {rc}; the table shows what the run holds (resume with --resume)")
-    comparisons, facts = compare_run(run)
+    comparisons, facts = compare_run(run, total_wall_s(wall_file))
     summary = summarize(comparisons)
     if args.a_vs_a:
         summary["a_vs_a"] = a_vs_a_summary(comparisons)
     console = Console(width=140)
-    console.print(table(comparisons, a_vs_a=args.a_vs_a))
+    console.print(table(comparisons, throughput_caption(facts), a_vs_a=args.a_vs_a))
     console.print(json.dumps({**summary, **facts}, indent=1))
     if args.json:
         args.json.write_text(

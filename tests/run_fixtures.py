@@ -1,7 +1,8 @@
 """Helpers for tests that run ``optimize`` (library or command): CPU tasks, scripted replies, an
-OptimizeConfig with budgets small enough for CPU, progress recorders, loopback endpoints.
+OptimizeConfig with budgets small enough for CPU, progress recorders, loopback endpoints, and
+``cudal1 optimize`` in a subprocess (for signals).
 
-Shared by tests/search and tests/cli (tests/ is on ``sys.path`` through its conftest); the two
+Shared by tests/search and tests/cli (tests/ is on ``sys.path`` through its conftest); the
 fixtures are imported into those directories' conftest files.
 """
 
@@ -9,14 +10,19 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import os
 import socket
+import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+import yaml
 
 from cudal1.config import OptimizeConfig
 from cudal1.llm import Message, SamplingParams, ScriptedBackend
@@ -156,3 +162,59 @@ class Recorder:
 
     def count(self, kind: type) -> int:
         return sum(1 for e in self.events if isinstance(e, kind))
+
+
+@dataclass(frozen=True)
+class OptimizeProcess:
+    """``cudal1 optimize`` running in a subprocess, and its run directory."""
+
+    proc: subprocess.Popen[str]
+    run: Path
+
+    def wait_until(self, ready: Callable[[], bool], timeout_s: float = 120) -> None:
+        """Poll ``ready`` until it holds or ``timeout_s`` pass (the test's next step then fails)."""
+        deadline = time.monotonic() + timeout_s
+        while not ready() and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def log(self) -> str:
+        """The run's log so far ("" before it exists)."""
+        path = self.run / "run.log"
+        return path.read_text() if path.exists() else ""
+
+
+@pytest.fixture
+def optimize_process(tmp_path: Path) -> Iterator[Callable[..., OptimizeProcess]]:
+    """Start ``cudal1 optimize`` on GELU in a subprocess with ``config_data(tmp_path, **update)``,
+    its output piped (stderr into stdout with ``merge_output``) and ``env`` added to this
+    process's environment; a process still running when the test ends is killed."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(
+        *, env: dict[str, str] | None = None, merge_output: bool = False, **update: Any
+    ) -> OptimizeProcess:
+        cfg_file, run = tmp_path / "cfg.yaml", tmp_path / "run"
+        cfg_file.write_text(yaml.safe_dump(config_data(tmp_path, **update)))
+        cmd = [
+            sys.executable,
+            "-m",
+            "cudal1.cli",
+            "optimize",
+            GELU.name,
+            "--out",
+            str(run),
+            "--config",
+            str(cfg_file),
+        ]
+        stderr = subprocess.STDOUT if merge_output else subprocess.PIPE
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, env={**os.environ, **(env or {})}
+        )
+        started.append(proc)
+        return OptimizeProcess(proc, run)
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

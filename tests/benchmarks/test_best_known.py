@@ -1,8 +1,11 @@
 """The best-known-kernel benchmark's reading of a run: who wins a task, whether cudal1's kept kernel
-holds against the best of torch.compile, CUDA graph and the published kernel, and the draw."""
+holds against the best of torch.compile, CUDA graph and the published kernel, the draw, and
+evaluations per GPU-hour over the benchmark's own wall time, which a killed call still leaves."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,9 +14,12 @@ from candidate_fixtures import GEMM_TASK, make_result
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from best_known import compare_task, draw, summarize  # noqa: E402
+from best_known import compare_task, draw, main, summarize, throughput_facts  # noqa: E402
+from wall_log import WALL_FILE, WallLog, call_seconds, total_wall_s  # noqa: E402
 
+from cudal1.config import OptimizeConfig  # noqa: E402
 from cudal1.run.database import CandidateDB, Provenance  # noqa: E402
+from cudal1.run.directory import RunDirectory, add_wall_time, start_session  # noqa: E402
 from cudal1.run.records import TaskRecord  # noqa: E402
 from cudal1.schema import Candidate, Task  # noqa: E402
 
@@ -125,3 +131,69 @@ def test_the_a_vs_a_mode_runs_optimize_with_its_flag(tmp_path):
     assert "--a-vs-a" in optimize_command(args, tmp_path / "t.jsonl", tmp_path / "run")
     args.a_vs_a = False
     assert "--a-vs-a" not in optimize_command(args, tmp_path / "t.jsonl", tmp_path / "run")
+
+
+class FakeClock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_killed_call_leaves_its_time_up_to_its_last_step_and_resumed_calls_add_up(tmp_path):
+    path = tmp_path / WALL_FILE
+    clock = FakeClock(100.0)
+    first = WallLog(path, fresh=True, clock=clock)
+    clock.now = 140.0
+    first.tick()
+    clock.now = 190.0
+    first.tick()  # then the GPU session is killed: no closing line
+    with path.open("a") as out:
+        out.write('{"call": 1, "wall')  # a line cut short by the kill
+    clock.now = 5000.0  # another session, another machine: its own clock
+    second = WallLog(path, fresh=False, clock=clock)
+    clock.now = 5030.0
+    second.tick()
+    assert call_seconds(path) == {1: 90.0, 2: 30.0} and total_wall_s(path) == 120.0
+    WallLog(path, fresh=True, clock=clock)  # a new benchmark, not --resume: the old calls go
+    assert call_seconds(path) == {1: 0.0}
+
+
+def test_waiting_on_a_call_records_its_time_and_returns_its_status(tmp_path):
+    path = tmp_path / WALL_FILE
+    log = WallLog(path, fresh=True)
+    proc = subprocess.Popen([sys.executable, "-c", "import sys, time; time.sleep(0.3); sys.exit(3)"])
+    assert log.wait(proc, step_s=0.05) == 3
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert "started" in lines[0] and {line["call"] for line in lines} == {1}
+    assert len(lines) >= 2 and lines[-1]["wall_s"] >= 0.3  # it slept that long at least
+    assert total_wall_s(path) == lines[-1]["wall_s"]
+
+
+def test_evaluations_per_gpu_hour_use_the_benchmarks_time_else_the_runs():
+    facts = throughput_facts(120, 2, bench_wall_s=7200.0, run_wall_s=1800.0)
+    assert facts["evaluations_per_gpu_hour"] == 30.0 and facts["wall_from"] == "benchmark"
+    older = throughput_facts(120, 2, bench_wall_s=None, run_wall_s=1800.0)
+    assert older["evaluations_per_gpu_hour"] == 120.0 and older["wall_from"] == "run"
+
+
+def test_the_report_counts_a_killed_calls_time_in_table_and_json(tmp_path, capsys):
+    run = RunDirectory(tmp_path / "bench" / "optimize")
+    run.path.mkdir(parents=True)
+    with CandidateDB(run.path / "candidates.db") as db:
+        start_session(db, run, [GEMM_TASK], OptimizeConfig(), note="")
+        for label in ("reference", "torch-compile-default", "cuda-graph"):
+            _store(db, label, 1.0)
+        add_wall_time(db, 60.0)  # the one session that ended; the killed one recorded nothing
+    wall = tmp_path / "bench" / WALL_FILE
+    wall.write_text('{"call": 1, "wall_s": 3000.0}\n{"call": 2, "wall_s": 600.0}\n')
+    out = tmp_path / "bench.json"
+    args = ["unused.jsonl", "--run", str(tmp_path / "bench"), "--report-only", "--json", str(out)]
+    assert main(args) == 0
+    facts = json.loads(out.read_text())["facts"]
+    assert (facts["wall_s"], facts["run_wall_s"], facts["evaluations"]) == (3600.0, 60.0, 3)
+    assert facts["evaluations_per_gpu_hour"] == 3.0  # 3 in one hour, not 180 in the run's minute
+    assert "3 evaluations in 3600 s (benchmark wall time) on 1 GPU(s): 3.0 per GPU-hour" in " ".join(
+        capsys.readouterr().out.split()
+    )

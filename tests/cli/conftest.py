@@ -1,3 +1,4 @@
-"""Fixtures for the command-line tests: no real LLM endpoint is ever reached."""
+"""Fixtures for the command-line tests: no real LLM endpoint is ever reached; ``cudal1 optimize``
+in a subprocess for the tests of signals."""
 
-from run_fixtures import closed_port_url, no_real_endpoint  # noqa: F401 (fixtures)
+from run_fixtures import closed_port_url, no_real_endpoint, optimize_process  # noqa: F401 (fixtures)

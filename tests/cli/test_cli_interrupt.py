@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import typer
-import yaml
-from run_fixtures import GELU, config_data
+from run_fixtures import OptimizeProcess
 
 from cudal1.cli.common import EXIT_INTERRUPTED, interruptible
 
@@ -38,42 +36,24 @@ def test_other_errors_pass_through_untouched() -> None:
         raise ValueError("bad")
 
 
-def test_ctrl_c_on_optimize_says_at_once_what_stops_and_logs_it(tmp_path: Path) -> None:
+def test_ctrl_c_on_optimize_says_at_once_what_stops_and_logs_it(
+    tmp_path: Path, optimize_process: Callable[..., OptimizeProcess]
+) -> None:
     """Ctrl-C mid-evaluation: a "stopping" line names the evaluations in flight (cancelled, not
     waited for: this one would time for 120 s more), the run's log records it, and no worker or
     sandbox is left behind. It took ~15 s with nothing printed before."""
     timing = {"budget_s": 120, "min_samples": 100_000, "max_samples": 100_000}
     slow = {"eval": {"timing": timing, "sandbox": {"call_timeout_s": 60}}}  # 60: a loaded machine
-    cfg_file = tmp_path / "cfg.yaml"
-    cfg_file.write_text(yaml.safe_dump(config_data(tmp_path, rounds=0, **slow)))
-    run, sandboxes = tmp_path / "run", tmp_path / "tmp"
+    sandboxes = tmp_path / "tmp"
     sandboxes.mkdir()
-    cmd = [
-        sys.executable,
-        "-m",
-        "cudal1.cli",
-        "optimize",
-        GELU.name,
-        "--out",
-        str(run),
-        "--config",
-        str(cfg_file),
-    ]
-    env = {**os.environ, "TMPDIR": str(sandboxes)}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 120
-    while "run 1 in" not in _read(run / "run.log") and time.monotonic() < deadline:
-        time.sleep(0.2)
+    run = optimize_process(env={"TMPDIR": str(sandboxes)}, rounds=0, **slow)
+    run.wait_until(lambda: "run 1 in" in run.log())
     time.sleep(10.0)  # its one evaluation (the reference anchor) is now starting or timing
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=90)
-    assert proc.returncode == EXIT_INTERRUPTED, err
+    run.proc.send_signal(signal.SIGINT)
+    _, err = run.proc.communicate(timeout=90)
+    assert run.proc.returncode == EXIT_INTERRUPTED, err
     said = " ".join(err.split())  # as one line: the log handler wraps at 80 columns in a pipe
     assert "stopping: 1 evaluation in flight is cancelled; everything stored is kept" in said
     assert "interrupted: continue with" in said
-    assert "stopping: 1 evaluation in flight is cancelled" in _read(run / "run.log")
+    assert "stopping: 1 evaluation in flight is cancelled" in run.log()
     assert not list(sandboxes.glob("cudal1-*")), "a worker's sandbox was left behind"
-
-
-def _read(path: Path) -> str:
-    return path.read_text() if path.exists() else ""

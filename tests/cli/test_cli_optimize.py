@@ -4,12 +4,15 @@ and SIGTERM."""
 from __future__ import annotations
 
 import json
+import signal
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import typer
 import yaml
-from run_fixtures import GELU, config_data
+from run_fixtures import GELU, OptimizeProcess, config_data
 from typer.testing import CliRunner
 
 from cudal1.cli import app
@@ -81,37 +84,18 @@ def test_cli_reports_bad_input_with_exit_2(tmp_path: Path, cli: typer.Typer, clo
     assert not any((tmp_path / name).exists() for name in "abcd")
 
 
-def test_sigterm_saves_the_run_and_exits_like_an_interrupt(tmp_path: Path) -> None:
+def test_sigterm_saves_the_run_and_exits_like_an_interrupt(
+    optimize_process: Callable[..., OptimizeProcess],
+) -> None:
     """`timeout` or a scheduler stops a run with SIGTERM: the wall time so far is kept and the
     run resumes (seen on the H200 device, where a killed run reported 0 s wall)."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    cfg_file = tmp_path / "cfg.yaml"
-    cfg_file.write_text(yaml.safe_dump(config_data(tmp_path)))
-    run = tmp_path / "run"
-    cmd = [
-        sys.executable,
-        "-m",
-        "cudal1.cli",
-        "optimize",
-        GELU.name,
-        "--out",
-        str(run),
-        "--config",
-        str(cfg_file),
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 120
-    while not (run / "candidates.db").exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    run = optimize_process(merge_output=True)
+    run.wait_until((run.run / "candidates.db").exists)
     time.sleep(2.0)
-    proc.send_signal(signal.SIGTERM)
-    output, _ = proc.communicate(timeout=120)
-    if proc.returncode == 0:
+    run.proc.send_signal(signal.SIGTERM)
+    output, _ = run.proc.communicate(timeout=120)
+    if run.proc.returncode == 0:
         pytest.skip("the run finished before SIGTERM arrived")
     assert "--resume" in output, output
-    summary = summarize_run(load_run(run))
+    summary = summarize_run(load_run(run.run))
     assert not summary.complete and summary.wall_s > 0

@@ -1,5 +1,6 @@
 """Seeds and export through the command line on CPU: optimize -> export -> verify reads the file ->
-optimize --seed starts from it; and the one-line exit 2 of every unusable seed file or export."""
+optimize --seed starts from it; every task's seeds are evaluated before anything else; and the
+one-line exit 2 of every unusable seed file or export."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 from candidate_fixtures import make_result
-from run_fixtures import CONV, GELU, config_data
+from run_fixtures import CONV, GELU, SUM, config_data
 from typer.testing import CliRunner
 
 from cudal1.cli import app
 from cudal1.run.database import CandidateDB
 from cudal1.run.directory import remember_tasks
+from cudal1.search.seeds import reference_anchor
 from cudal1.search.verify import STATUSES
 
 # The smallest budgets that still give every step a result; one baseline, no final re-evaluation.
@@ -77,6 +79,33 @@ def test_optimize_export_verify_and_seed_a_new_run(tmp_path: Path, cfg_file: Pat
     assert seed.claimed_speedup == record["claimed_speedup"] and seed.source == record["custom_code"]
     saved = yaml.safe_load((seeded / "config.yaml").read_text())
     assert saved["seed_files"] == [str(exported.absolute())]  # a resumed session finds it anywhere
+
+
+def test_every_tasks_seed_is_evaluated_before_any_other_candidate(tmp_path: Path, cfg_file: Path) -> None:
+    """One worker, two tasks, a seed each: both seeds come before either task's reference anchor,
+    in the database's ids and times and in the run's log (a run cut short has measured them)."""
+    seeds = tmp_path / "published"
+    seeds.mkdir()
+    for task in (GELU, SUM):
+        (seeds / f"{task.name}.py").write_text(reference_anchor(task) + "# published\n")
+    run = tmp_path / "run"
+    one_worker = ["--set", "pool.workers=1", "--set", "final.enabled=false"]
+    tasks = f"{GELU.name},{SUM.name}"
+    args = ["optimize", tasks, "--config", str(cfg_file), "--out", str(run), "--seed", str(seeds)]
+    result = CliRunner().invoke(app, [*args, *one_worker])
+    assert result.exit_code == 0, result.output
+    with CandidateDB(run / "candidates.db") as db:
+        rows = sorted(db.evaluated(GELU.name) + db.evaluated(SUM.name), key=lambda r: r.id)
+    assert [(r.backend, r.label) for r in rows] == [
+        ("seed", "seed:published"),
+        ("seed", "seed:published"),
+        ("baseline", "reference"),
+        ("baseline", "reference"),
+    ]
+    assert max(r.evaluated_at or "" for r in rows[:2]) <= min(r.evaluated_at or "" for r in rows[2:])
+    logged = [line for line in (run / "run.log").read_text().splitlines() if "(round 0, step" in line]
+    assert [" seed:published " in line for line in logged] == [True, True, False, False], logged
+    assert "round 0: 2 seed kernel(s) go before" in (run / "run.log").read_text()
 
 
 def test_unusable_seed_files_exit_2_with_one_line_before_anything_runs(

@@ -25,6 +25,7 @@ from cudal1.search.seeds import (
     load_seeds,
     reference_anchor,
     seed_proposals,
+    seeds_first,
     store_late_seeds,
     store_round_zero,
 )
@@ -90,7 +91,7 @@ def test_round_zero_of_optimize_and_collect_holds_the_seeds(tmp_path: Path) -> N
     seeds = seeds_for(GELU, kernel(GOOD_SEED))
     plan = ContrastivePlan(fast_config(tmp_path, baseline_labels=["torch-compile-default"]), None, seeds)
     labels = [p.label for p in plan.seeds(GELU)]
-    assert labels == ["torch-compile-default", "seed:cuda-l1:h100", REFERENCE_LABEL]
+    assert labels == ["seed:cuda-l1:h100", "torch-compile-default", REFERENCE_LABEL]  # the seed first
     assert plan.expected(GELU) == 3
     assert ContrastivePlan(fast_config(tmp_path), None).expected(GELU) == 1  # the reference alone
     collect_plan = CollectPlan(CollectConfig(samples=2), [], seeds)
@@ -118,20 +119,35 @@ def test_late_seeds_are_stored_pending_in_round_zero_once(tmp_path: Path) -> Non
         assert store_late_seeds(db, [GELU, other], seeds, run_id=None) == 0  # already stored
 
 
-def test_round_zero_without_rounds_stores_baselines_with_seeds_then_only_new_seeds(tmp_path: Path) -> None:
+def test_round_zero_without_rounds_stores_seeds_of_every_task_first_then_only_new_seeds(
+    tmp_path: Path,
+) -> None:
+    other = Task("other_gelu", GELU.source.replace("4096", "8"))
+    tasks = {GELU.name: GELU, other.name: other}
     with CandidateDB(tmp_path / "c.db") as db:
-        seeds = seeds_for(GELU, kernel(GOOD_SEED))
+        seeds = SeedSet({t: tuple(seed_proposals([kernel(GOOD_SEED)])) for t in tasks})
         run_id = db.start_run()
-        store_round_zero(db, {GELU.name: GELU}, seeds, run_id, baselines=True, labels=["cudnn-benchmark"])
-        rows = db.pending(GELU.name)
-        assert [(r.label, r.backend) for r in rows] == [
-            ("cudnn-benchmark", "baseline"),
-            ("seed:cuda-l1:h100", "seed"),
-            (REFERENCE_LABEL, "baseline"),
+        store_round_zero(db, tasks, seeds, run_id, baselines=True, labels=["cudnn-benchmark"])
+        rows = db.pending()  # by id: the order the caller evaluates them in
+        assert [(r.task, r.label, r.backend) for r in rows] == [
+            (GELU.name, "seed:cuda-l1:h100", "seed"),
+            (other.name, "seed:cuda-l1:h100", "seed"),
+            (GELU.name, "cudnn-benchmark", "baseline"),
+            (GELU.name, REFERENCE_LABEL, "baseline"),
+            (other.name, "cudnn-benchmark", "baseline"),
+            (other.name, REFERENCE_LABEL, "baseline"),
         ]
         more = seeds_for(GELU, kernel(GOOD_SEED), kernel(WRONG_SEED))
-        store_round_zero(db, {GELU.name: GELU}, more, run_id, baselines=True, labels=["cudnn-benchmark"])
+        store_round_zero(db, tasks, more, run_id, baselines=True, labels=["cudnn-benchmark"])
         assert [r.source for r in db.pending(GELU.name)][3:] == [WRONG_SEED]  # the new one only
+        # a resumed stage evaluates its pending candidates seeds first: the late one too
+        ordered = [(r.task, r.source == WRONG_SEED, r.backend) for r in seeds_first(db.pending())]
+        assert ordered[:3] == [
+            (GELU.name, False, "seed"),
+            (other.name, False, "seed"),
+            (GELU.name, True, "seed"),
+        ]
+        assert [b for _, _, b in ordered[3:]] == ["baseline"] * 4
 
 
 def test_a_failed_or_rejected_seed_is_never_kept_whatever_it_claims(tmp_path: Path) -> None:

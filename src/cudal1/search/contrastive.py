@@ -24,6 +24,12 @@ most ``pool.capacity`` in flight so that a budget stops the run promptly instead
 queue drains. A freed slot goes to the waiting task with the fewest evaluations in flight
 (``slots.TaskSlots``), not to whichever task queued first: the slots spread over the tasks. A task's rounds are sequential: a round's prompt needs the previous round's numbers.
 
+Seeds first: the kernels given with ``--seed`` are the bar a run must beat, so a run cut short
+should have measured them. Round 0 of every task is stored before any task starts, the seeds of
+all tasks before anything else (their ids come first), and an evaluation of a seed asks its slot
+to go ``first``: every seed of every task, pending ones of a resumed run included, is submitted
+before any baseline, the reference anchor or a composition.
+
 Resume: the database is the state. A task first evaluates whatever is stored but pending
 (samples of a round that was killed mid-evaluation), then continues at ``rounds_done``; a round
 whose samples are already stored is not sampled again, and its composition step runs again: the
@@ -55,7 +61,7 @@ from cudal1.search.exemplars import select_exemplars
 from cudal1.search.lifecycle import Proposal, evaluate_and_record, store_proposals, store_reply
 from cudal1.search.prompts import prompt_hash, render_contrastive_prompt, render_generation_prompt
 from cudal1.search.proposer import COMPOSE_BACKEND, compositions, compositions_at_most, is_base
-from cudal1.search.seeds import SeedSet, seed_candidates
+from cudal1.search.seeds import SeedSet, is_seed, seed_candidates, store_seeds_first
 from cudal1.search.slots import TaskSlots
 
 log = logging.getLogger(__name__)
@@ -204,6 +210,7 @@ class Search:
 
     async def run(self, tasks: Sequence[Task]) -> None:
         self._slots = TaskSlots(self.pool.capacity)
+        self._store_round_zero(tasks)
         try:
             async with asyncio.TaskGroup() as group:
                 for task in tasks:
@@ -213,6 +220,18 @@ class Search:
         finally:
             for backend in self.plan.backends:
                 await backend.aclose()
+
+    def _store_round_zero(self, tasks: Sequence[Task]) -> None:
+        """Round 0's candidates of every task that has not finished it, stored before any task
+        starts: the kernels given as seeds, of every task, first (``seeds.store_seeds_first``), so
+        that ids follow the order in which they are evaluated. Nothing when a budget is spent."""
+        todo = [t for t in tasks if self.db.rounds_done(t.name) == 0]
+        if not todo or self._exhausted(llm=False):
+            return
+        prov = Provenance(round=0, backend="baseline", run_id=self.run_id)
+        seeds = store_seeds_first(self.db, [(t, self.plan.seeds(t)) for t in todo], prov)
+        if seeds:
+            log.info("round 0: %d seed kernel(s) go before the other candidates of every task", seeds)
 
     async def run_task(self, task: Task) -> None:
         await self._evaluate(task, self.db.pending(task.name))
@@ -226,8 +245,7 @@ class Search:
     # -- rounds ----------------------------------------------------------------------------------
 
     async def _seed_round(self, task: Task) -> bool:
-        prov = Provenance(round=0, backend="baseline", run_id=self.run_id)
-        store_proposals(self.db, task, self.plan.seeds(task), prov)
+        # Round 0's candidates were stored by ``_store_round_zero``.
         await self._evaluate(task, self.db.pending(task.name))
         await self._compose(task, 0)
         return self._finish_round(task, 0)
@@ -319,7 +337,7 @@ class Search:
 
     async def _evaluate_one(self, task: Task, row: CandidateRow) -> None:
         assert self._slots is not None
-        async with self._slots.slot(task.name):
+        async with self._slots.slot(task.name, first=is_seed(row.backend)):
             if self._exhausted(llm=False):
                 return
             result = await evaluate_and_record(self.pool, self.db, task, row)

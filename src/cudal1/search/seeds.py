@@ -1,11 +1,12 @@
 """Round 0 of a task: the candidates a run starts from before any model has written one.
 
-``seed_candidates`` gives the built-in proposer's baselines (``proposer.py``), the kernels given
-with ``--seed`` (``load_seeds``), and the reference anchor: the task's own program as a
+``seed_candidates`` gives the kernels given with ``--seed`` (``load_seeds``), the built-in
+proposer's baselines (``proposer.py``), and the reference anchor: the task's own program as a
 candidate labelled ``reference``, an A-vs-A measurement whose speedup should be 1.0, so that
 every other number of the task can be read against the evaluator's own noise.
-``lifecycle.store_proposals`` puts them in a run's database (the search's round 0, collect's
-round 0, GRPO's first prompts).
+``store_seeds_first`` and ``store_round_zero`` put them in a run's database (the search's round
+0, collect's round 0, GRPO's first prompts), the seeds of every task before anything else: they
+are evaluated first too, so a run cut short has measured the published kernels.
 
 Seeds (issue 20: the bar is the best of torch.compile and the best published kernel, so a run
 starts from the published kernels): ``tasks.seed_files`` reads and matches the files; here each
@@ -26,7 +27,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cudal1.run.database import CandidateDB, Provenance
+from cudal1.run.database import CandidateDB, CandidateRow, Provenance
 from cudal1.run.directory import RunError
 from cudal1.run.selection import REFERENCE_LABEL
 from cudal1.schema import Candidate, Task, source_hash
@@ -63,14 +64,41 @@ def reference_anchor(task: Task) -> str:
 def seed_candidates(
     task: Task, labels: Sequence[str] | None, seeds: Sequence[Proposal] = (), *, cuda: bool = True
 ) -> list[Proposal]:
-    """Round 0's proposals: the chosen built-in baselines that apply on a CUDA device (``cuda``)
-    or a CPU, the ``seeds`` given for the task, then the reference anchor."""
+    """Round 0's proposals: the ``seeds`` given for the task (first: they are evaluated first),
+    the chosen built-in baselines that apply on a CUDA device (``cuda``) or a CPU, then the
+    reference anchor."""
     baselines = [
         Proposal(lbl, src, origin=lbl)
         for lbl, src in baseline_candidates(task, cuda=cuda)
         if labels is None or lbl in labels
     ]
-    return [*baselines, *seeds, Proposal(REFERENCE_LABEL, reference_anchor(task), origin=REFERENCE_LABEL)]
+    return [*seeds, *baselines, Proposal(REFERENCE_LABEL, reference_anchor(task), origin=REFERENCE_LABEL)]
+
+
+def is_seed(backend: str) -> bool:
+    """Whether a proposal's or a row's backend says it is a kernel given with --seed."""
+    return backend == SEED_BACKEND
+
+
+def seeds_first(rows: Sequence[CandidateRow]) -> list[CandidateRow]:
+    """``rows`` with the seeds before the others, each part in its order (a resumed stage's
+    pending candidates, to evaluate in that order)."""
+    return sorted(rows, key=lambda r: not is_seed(r.backend))
+
+
+def store_seeds_first(
+    db: CandidateDB, proposals: Sequence[tuple[Task, Sequence[Proposal]]], provenance: Provenance
+) -> int:
+    """Store several tasks' round-0 ``proposals`` in one transaction, the seeds of every task
+    before anything else of any task, so that the ids follow the order in which the search
+    submits them (seeds first). Returns how many seeds there were."""
+    with db.transaction():
+        for seeds in (True, False):
+            for task, props in proposals:
+                chosen = [p for p in props if is_seed(p.backend) is seeds]
+                if chosen:
+                    store_proposals(db, task, chosen, provenance)
+    return sum(is_seed(p.backend) for _, props in proposals for p in props)
 
 
 # -- seeds given with --seed -------------------------------------------------------------------------
@@ -182,15 +210,16 @@ def store_round_zero(
     labels: Sequence[str] | None,
     cuda: bool = True,
 ) -> None:
-    """Round 0 of a stage that has no rounds of its own (GRPO, before its first prompts): tasks
-    with no candidate get the built-in baselines ``labels`` and the reference (when
-    ``baselines``) with their seeds; every task gets the seeds it does not have yet (a resumed
-    run may be given new ones). Everything is left pending, for the caller to evaluate. ``cuda``: whether candidates
-    are timed on a CUDA device (a CPU gets no CUDA-only baselines)."""
-    for task in tasks.values():
-        given = seeds.for_task(task.name)
-        if baselines and not db.counts(task.name).total:
-            proposals = seed_candidates(task, labels, given, cuda=cuda)
+    """Round 0 of a stage that has no rounds of its own (GRPO, before its first prompts): every
+    task gets the seeds it does not have yet (a resumed run may be given new ones), then tasks
+    that had no candidate get the built-in baselines ``labels`` and the reference (when
+    ``baselines``). Everything is left pending, for the caller to evaluate in the order of its
+    ids: the seeds of every task first. ``cuda``: whether candidates are timed on a CUDA device
+    (a CPU gets no CUDA-only baselines)."""
+    empty = [t for t in tasks.values() if baselines and not db.counts(t.name).total]
+    with db.transaction():
+        for task in tasks.values():
+            store_seeds(db, task, seeds.for_task(task.name), run_id)
+        for task in empty:
+            proposals = seed_candidates(task, labels, cuda=cuda)
             store_proposals(db, task, proposals, Provenance(backend="baseline", run_id=run_id))
-        else:
-            store_seeds(db, task, given, run_id)

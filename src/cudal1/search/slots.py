@@ -13,6 +13,11 @@ reference workers (a bounded, least-recently-used set, each a process with a CUD
 reused rather than started again for every evaluation, as a plain round robin over 19 tasks
 would.
 
+A request may ask to go ``first`` (round 0's kernels given with ``--seed``): every waiting
+request that goes first is granted before any that does not, whatever its task, and the rule
+above chooses among them. A run cut short has then measured the published kernels, which are
+the bar it must beat, rather than a few tasks' baselines.
+
 Runs inside one asyncio event loop (``contrastive.Search``); nothing here is thread-safe.
 """
 
@@ -34,7 +39,8 @@ class TaskSlots:
         self.capacity = capacity
         self._free = capacity
         self._running: Counter[str] = Counter()
-        self._waiting: dict[str, deque[tuple[int, asyncio.Future[None]]]] = {}
+        # (rank, task) -> its waiting requests (arrival, grant); rank 0 goes first, then 1
+        self._waiting: dict[tuple[int, str], deque[tuple[int, asyncio.Future[None]]]] = {}
         self._served: dict[str, int] = {}  # task -> the number of its latest grant
         self._arrivals = itertools.count()
         self._grants = itertools.count(1)
@@ -45,20 +51,22 @@ class TaskSlots:
         return {task: n for task, n in self._running.items() if n}
 
     @asynccontextmanager
-    async def slot(self, task: str) -> AsyncIterator[None]:
-        await self._acquire(task)
+    async def slot(self, task: str, *, first: bool = False) -> AsyncIterator[None]:
+        """Hold one of the slots for ``task``; ``first``: before every request without it."""
+        await self._acquire(task, 0 if first else 1)
         try:
             yield
         finally:
             self._release(task)
 
-    async def _acquire(self, task: str) -> None:
+    async def _acquire(self, task: str, rank: int) -> None:
         # Every request waits for ``_wake``, scheduled after the requests made in the same turn of
         # the loop: a run's first burst is dealt out by the rule too, not first come first served.
         loop = asyncio.get_running_loop()
         granted: asyncio.Future[None] = loop.create_future()
         entry = (next(self._arrivals), granted)
-        self._waiting.setdefault(task, deque()).append(entry)
+        key = (rank, task)
+        self._waiting.setdefault(key, deque()).append(entry)
         if not self._wake_scheduled:
             self._wake_scheduled = True
             loop.call_soon(self._wake)
@@ -68,7 +76,7 @@ class TaskSlots:
             if granted.done() and not granted.cancelled():
                 self._release(task)  # granted, then cancelled before it could run: give it back
             else:
-                self._forget(task, entry)
+                self._forget(key, entry)
             raise
 
     def _release(self, task: str) -> None:
@@ -85,24 +93,27 @@ class TaskSlots:
             self._forget(chosen, entry)
             if entry[1].done():  # cancelled while waiting; its own handler finds it gone
                 continue
-            self._grant(chosen)
+            self._grant(chosen[1])
             entry[1].set_result(None)
 
-    def _next(self) -> str:
-        """Fewest in flight, then the task served last, then the one waiting longest."""
-        return min(
-            self._waiting,
-            key=lambda t: (self._running[t], -self._served.get(t, 0), self._waiting[t][0][0]),
-        )
+    def _next(self) -> tuple[int, str]:
+        """Those going first, then fewest in flight, then the task served last, then the one
+        waiting longest."""
+
+        def order(key: tuple[int, str]) -> tuple[int, int, int, int]:
+            rank, task = key
+            return rank, self._running[task], -self._served.get(task, 0), self._waiting[key][0][0]
+
+        return min(self._waiting, key=order)
 
     def _grant(self, task: str) -> None:
         self._free -= 1
         self._running[task] += 1
         self._served[task] = next(self._grants)
 
-    def _forget(self, task: str, entry: tuple[int, asyncio.Future[None]]) -> None:
-        queue = self._waiting.get(task)
+    def _forget(self, key: tuple[int, str], entry: tuple[int, asyncio.Future[None]]) -> None:
+        queue = self._waiting.get(key)
         if queue is not None and entry in queue:
             queue.remove(entry)
             if not queue:
-                del self._waiting[task]
+                del self._waiting[key]

@@ -49,7 +49,7 @@ from cudal1.schema import Task
 from cudal1.search.contrastive import task_prompt
 from cudal1.search.lifecycle import evaluate_rows
 from cudal1.search.prompts import prompt_hash
-from cudal1.search.seeds import SeedSet, load_seeds, store_round_zero
+from cudal1.search.seeds import SeedSet, load_seeds, seeds_first, store_round_zero
 from cudal1.train.auditing import RewardAuditor, make_judge
 from cudal1.train.models import (
     MODEL_DIR,
@@ -230,8 +230,9 @@ def run_grpo(
 
 
 def _evaluate_pending(db: CandidateDB, pool: Pool, tasks: dict[str, Task], gate: PhaseGate) -> None:
-    """Evaluate everything pending (round 0, and a killed session's samples) before training."""
-    pending = [r for r in db.pending() if r.task in tasks]
+    """Evaluate everything pending (round 0, and a killed session's samples) before training,
+    the seeds of every task first."""
+    pending = seeds_first([r for r in db.pending() if r.task in tasks])
     if pending:
         log.info("evaluating %d pending candidate(s) before training", len(pending))
         with gate.evaluating():
