@@ -227,11 +227,13 @@ class WorkerProcess:
         self.ready = False
         self.closed = False
         # Suspension (``suspend``/``resume``): nested holds, and the seconds spent stopped, which
-        # the reply timeouts do not count.
+        # the reply timeouts do not count; holds let go only at the next request (``resume``).
         self._pause_lock = threading.Lock()
         self._holds = 0
+        self._held_until_request = 0
         self._paused_at = 0.0
         self._paused_s = 0.0
+        self.requests_sent = 0  # requests sent to it: whether it ran since (``resume``)
 
     def _environment(self, extra: dict[str, str]) -> dict[str, str]:
         env = {k: os.environ[k] for k in self.config.keep_env if k in os.environ}
@@ -301,12 +303,14 @@ class WorkerProcess:
 
     def send(self, cmd: Command, **args: Any) -> None:
         """Send without waiting, for a caller that times the round trip itself (see ``receive``)."""
+        self._wake(request=True)
         self.conn.send_bytes(encode({"cmd": cmd.value, **args}))
 
     def _send(self, cmd: Command, args: dict[str, Any]) -> None:
         if not cmd.accepts(self.role):
             raise ValueError(f"{cmd.value!r} is not a command for a {self.role} worker")
         self.wait_ready()
+        self._wake(request=True)
         try:
             self.conn.send_bytes(encode({"cmd": cmd.value, **args}))
         except OSError as exc:
@@ -349,6 +353,7 @@ class WorkerProcess:
         return reply
 
     def _receive_bytes(self, timeout: float, what: str) -> bytes:
+        self._wake()  # a process held until its next request cannot reply: let it run
         try:
             if not self._poll(timeout, what):
                 self.kill()
@@ -433,14 +438,35 @@ class WorkerProcess:
                 self._paused_at = time.monotonic()
                 self._signal_group(signal.SIGSTOP)
 
-    def resume(self) -> None:
+    def resume(self, *, at_next_request: bool = False) -> None:
+        """Let go of one ``suspend`` hold. ``at_next_request``: only when the evaluator next sends
+        the worker a request (or waits for a reply from it), so that it stays stopped through
+        whatever the evaluator does meanwhile: the timing keeps a candidate stopped from the
+        reference's turn until its own next request (``timing/paired.py``), and
+        ``requests_sent`` tells whether it ran in between."""
         with self._pause_lock:
             if self._holds == 0:
                 return
-            self._holds -= 1
-            if self._holds == 0:
-                self._signal_group(signal.SIGCONT)
-                self._paused_s += time.monotonic() - self._paused_at
+            if at_next_request:
+                self._held_until_request += 1
+                return
+            self._release()
+
+    def _release(self) -> None:
+        """One hold less (the caller holds ``_pause_lock``); the group runs again at the last."""
+        self._holds -= 1
+        if self._holds == 0:
+            self._signal_group(signal.SIGCONT)
+            self._paused_s += time.monotonic() - self._paused_at
+
+    def _wake(self, *, request: bool = False) -> None:
+        """Before a request is sent (counted) or a reply awaited: let go of the holds kept until then."""
+        with self._pause_lock:
+            self.requests_sent += request
+            while self._held_until_request:
+                self._held_until_request -= 1
+                if self._holds:
+                    self._release()
 
     def paused_s(self) -> float:
         """Seconds spent suspended so far (including a suspension still in progress)."""
@@ -470,6 +496,7 @@ class WorkerProcess:
         self.closed = True
         memory.WATCH.unwatch(self.proc.pid)
         with self._pause_lock:
+            self._held_until_request = 0
             if self._holds:
                 self._holds = 0
                 self._signal_group(signal.SIGCONT)
