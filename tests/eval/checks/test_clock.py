@@ -68,6 +68,12 @@ class Side:
     def digests(self) -> list[int]:
         return [0]
 
+    def pause(self) -> bool:
+        return True
+
+    def resume(self) -> None:
+        pass
+
 
 def _verdict(ref: Side, cand: Side, **cfg: float) -> tuple[Timing, list[Finding]]:
     settings = dict(warmup_ms=1, min_samples=10, max_samples=60, budget_s=1e9, bootstrap_resamples=300)

@@ -26,6 +26,15 @@ it), and the trusted wall clock's ratio ``wall_speedup`` (the lead and the synch
 inside, for hidden-work checks). A worker reports when its host fell behind the spin; the lead
 then doubles, and the count is kept (``host_behind``).
 
+The reference is timed undisturbed: from the start of its turn (its ``prepare``) until the
+candidate's next request, the candidate's worker stands still (``Endpoint.pause``: SIGSTOP of its
+process group, so no thread or child of it runs while the reference is timed; a worker resumes
+only when it is next sent a request). GPU work it queued before it stopped still runs; each
+reference sample records whether the candidate ran since the reference's previous turn
+(``ref_after_cand``), and after a turn that followed the candidate's, the reference is sometimes
+timed once more at once, the candidate still stopped (``ref_again_ms``): ``checks.interference``
+compares the two kinds of the reference's own times (``reference_disturbed``).
+
 What is not covered: with calls under ~15 us, K exceeds the 64 fresh sets a sample gets, so a
 set repeats within a sample and a cache keyed on its address or values hits for the repeats.
 
@@ -37,7 +46,8 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -58,6 +68,11 @@ class Endpoint(Protocol):
     def start(self, calls: int, first_set: int, lead_us: float | None = None) -> None: ...
     def finish(self) -> float: ...  # the worker's own time; the trusted clock stops on this reply
     def digests(self) -> list[Any]: ...  # of the last timed output, read after the clock stopped
+    # The candidate's side stands still while the reference runs: ``pause`` stops it and says
+    # whether it may have run since the last ``resume``; after ``resume`` it runs again at its
+    # next request at the latest.
+    def pause(self) -> bool: ...
+    def resume(self) -> None: ...
 
 
 # check(sample, digests) -> failure reason or None: the candidate's last timed output, fetched
@@ -66,6 +81,12 @@ OutputCheck = Callable[[int, list[Any]], str | None]
 # refresh(sample, calls) -> input sets per sample: both sides get fresh timed inputs before each
 # sample (new values from a new seed, at new addresses), so that no output can be reused.
 Refresh = Callable[[int, int], int]
+# After a reference turn that followed the candidate's, the chance that the reference is timed
+# once more at once, the candidate still stopped: clean samples of the reference to compare the
+# others with (``checks.interference``), in random places, so a slow drift of the machine falls
+# on both kinds alike. A quarter: about as many as the after-the-candidate samples need for the
+# rank test there at 30 samples, for about 12% more sampling time.
+REFERENCE_AGAIN = 0.25
 
 
 @dataclass
@@ -75,10 +96,15 @@ class PairedOutcome:
     cand_ms: list[float] = field(default_factory=list)
     ref_wall_ms: list[float] = field(default_factory=list)
     cand_wall_ms: list[float] = field(default_factory=list)
+    # Per reference sample: whether the candidate ran (its turn, or any request of it) since the
+    # reference's previous turn; and the reference's extra turns right after its own (per call).
+    ref_after_cand: list[bool] = field(default_factory=list)
+    ref_again_ms: list[float] = field(default_factory=list)
+    ref_again_wall_ms: list[float] = field(default_factory=list)
     checked: int = 0
     failures: list[str] = field(default_factory=list)
     stop_reason: TimingStopReason | None = None  # None: not stopped by the rule (the extra pairs)
-    sampling_s: float = 0.0  # time in timed pairs: what the budget counts (checks and refreshes not)
+    sampling_s: float = 0.0  # time in timed pairs: what the budget counts (checks, refreshes, ref_again not)
     lead_us: float | None = None  # the spin ahead of each sample (None: the worker's default)
     host_behind: int = 0  # samples where a side's host did not queue all its calls ahead
     launch_estimate: stats.RatioEstimate | None = None  # with the launches on the clock
@@ -166,30 +192,55 @@ def _sample(
     rng: random.Random,
     clock: Callable[[], float],
 ) -> tuple[list[Any], bool]:
-    """One paired sample: both sides, in random order, K calls each from the same first set.
-    Returns the digests of the candidate's last output, and whether a side's host fell behind
-    the lead."""
+    """One paired sample: both sides, in random order, K calls each from the same first set,
+    the candidate stopped while the reference runs. Returns the digests of the candidate's last
+    output, and whether a side's host fell behind the lead."""
     first_set = rng.randrange(max(n_sets, 1))
     order = [(ref, False), (cand, True)]
     rng.shuffle(order)
     cand_digests: list[Any] = []
     behind = False
     for side, is_cand in order:
-        side.prepare()
-        t0 = clock()
-        side.start(out.calls_per_sample, first_set, out.lead_us)
-        worker_ms = side.finish()
-        t1 = clock()
+        with nullcontext() if is_cand else _candidate_stopped(out, cand):
+            worker_ms, wall, digests, timed_s = _turn(out, side, first_set, rtt[id(side)], clock)
+            if not is_cand and out.ref_after_cand[-1] and rng.random() < REFERENCE_AGAIN:
+                again_ms, again_wall, _, _ = _turn(out, side, first_set, rtt[id(side)], clock)
+                out.ref_again_ms.append(again_ms)
+                out.ref_again_wall_ms.append(again_wall)
+        out.sampling_s += timed_s
         behind = behind or not side.host_ahead
-        wall = (t1 - t0) * 1000 - rtt[id(side)]
-        out.sampling_s += t1 - t0
-        k = out.calls_per_sample
-        (out.cand_ms if is_cand else out.ref_ms).append(worker_ms / k)
-        (out.cand_wall_ms if is_cand else out.ref_wall_ms).append(max(wall, 1e-9) / k)
-        digests = side.digests()
+        (out.cand_ms if is_cand else out.ref_ms).append(worker_ms)
+        (out.cand_wall_ms if is_cand else out.ref_wall_ms).append(wall)
         if is_cand:
             cand_digests = digests
     return cand_digests, behind
+
+
+@contextmanager
+def _candidate_stopped(out: PairedOutcome, cand: Endpoint) -> Iterator[None]:
+    """The reference's turn: the candidate stopped throughout, and whether it ran since the
+    reference's previous turn recorded."""
+    out.ref_after_cand.append(cand.pause())
+    try:
+        yield
+    finally:
+        cand.resume()
+
+
+def _turn(
+    out: PairedOutcome, side: Endpoint, first_set: int, rtt_ms: float, clock: Callable[[], float]
+) -> tuple[float, float, list[Any], float]:
+    """One side's turn: ``prepare`` outside the clock, then K timed calls. Returns the worker's
+    and the trusted clock's time per call, the digests of the last output, and the seconds the
+    trusted clock ran."""
+    side.prepare()
+    t0 = clock()
+    side.start(out.calls_per_sample, first_set, out.lead_us)
+    worker_ms = side.finish()
+    t1 = clock()
+    wall = (t1 - t0) * 1000 - rtt_ms
+    k = out.calls_per_sample
+    return worker_ms / k, max(wall, 1e-9) / k, side.digests(), t1 - t0
 
 
 def _check(out: PairedOutcome, check: OutputCheck, sample: int, digests: list[Any]) -> None:
