@@ -18,6 +18,7 @@ from typing import Any
 from cudal1.config import EvalConfig
 from cudal1.eval.checks.clock import timing_verdict
 from cudal1.eval.checks.drift import reference_drift
+from cudal1.eval.checks.interference import reference_disturbed
 from cudal1.eval.checks.stage_failure import StageFailed
 from cudal1.eval.devices import device_type
 from cudal1.eval.process.protocol import Command
@@ -25,7 +26,7 @@ from cudal1.eval.timing.paired import measure_paired
 from cudal1.eval.timing.speed_of_light import DevicePeaks, Precision, Work, physical_gate, sol_ms
 from cudal1.eval.worker_pair import Seeds, WorkerPair
 from cudal1.eval.workers import WorkerEndpoint, default_build_cache
-from cudal1.schema import SpeedOfLight, Stage
+from cudal1.schema import Finding, SpeedOfLight, Stage
 
 
 def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContextManager[int]]) -> None:
@@ -86,20 +87,31 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
     record.findings.extend(findings)
     if all(f.code != "reduced_precision" for f in record.findings):
         record.findings.extend(timed_precision.findings())
-    drift = reference_drift(
-        cache_root(pair.config) / "baselines",
-        record.timing,
-        pair.task.hash,
-        str(pair.ref.device_info.get("name")),
-        str(pair.ref.info.get("torch")),
-        pair.config.guards.reference_drift,
-    )
-    if drift is not None:
+    disturbed, disturbance = reference_disturbed(outcome)
+    record.note(reference_disturbance=disturbance)
+    if disturbed is not None:
+        # Not compared with, nor stored as, the task's clean baseline: a disturbed reference
+        # evaluated first would have made later honest ones read as drifting.
+        record.findings.append(disturbed)
+    elif (drift := _drift(pair)) is not None:
         record.findings.append(drift)
     if outcome.failures:
         raise StageFailed(Stage.TIMING, outcome.failures[0])
     with record.phase("speed_of_light"):
         speed_of_light(pair, keys[0])
+
+
+def _drift(pair: WorkerPair) -> Finding | None:
+    """The reference's live median against its clean baseline (stored by the first call)."""
+    assert pair.record.timing is not None and pair.ref is not None
+    return reference_drift(
+        cache_root(pair.config) / "baselines",
+        pair.record.timing,
+        pair.task.hash,
+        str(pair.ref.device_info.get("name")),
+        str(pair.ref.info.get("torch")),
+        pair.config.guards.reference_drift,
+    )
 
 
 def speed_of_light(pair: WorkerPair, key: str) -> None:
