@@ -1,6 +1,8 @@
 """The timing stage: paired samples of reference and candidate (``timing.paired``) on inputs both
 workers make from secret seeds, every sample's output checked afterwards, the verdict of the
-trusted clock (``checks.clock``), the reference's drift against its clean baseline
+trusted clock (``checks.clock``), whether work the candidate left behind slowed the reference
+(``checks.interference``: its process is stopped while the reference runs, its leftover GPU work
+shows in the reference's own times), the reference's drift against its clean baseline
 (``checks.drift``), and the speed-of-light percentages with the physical-limit gate.
 
 Runs with the device and the reference's lock held, and, where the pool asks for it, inside a

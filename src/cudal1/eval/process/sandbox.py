@@ -29,6 +29,8 @@ What is not covered (needs an OS sandbox such as seccomp/landlock or a container
 - a candidate can still read files the evaluator's user can read, open sockets, or write
   outside its directory, including into the shared extension build cache under a different
   source hash. Static checks flag such code; the evaluator never trusts a worker's numbers;
+- a process the candidate starts that leaves the worker's process group (``setsid``) is not
+  stopped with it (quiet windows; the reference's turns of the timing) nor killed with it;
 - the processes a worker starts (its compilers) are not signalled when the evaluator dies: the
   parent-death signal is per process and cannot be set for them. A running one ends with its
   build; one stopped for a quiet window at that moment stays stopped until the next run on the
