@@ -40,7 +40,9 @@ What is not covered:
   the reference's side, or the driver's), which this module does not have;
 - with fewer than ``MIN_SAMPLES`` of either kind (budget stops on slow tasks), no verdict;
 - a process of the candidate's that left the worker's process group (a double fork with
-  ``setsid``) is not stopped (static checks flag process creation: ``subprocess_access``).
+  ``setsid``) is not stopped, and can itself run beside the reference, or continue the stopped
+  group (SIGCONT), whenever it sees the worker stopped: such a slowdown falls on clean turns too
+  (static checks flag process creation: ``subprocess_access``; the sandbox says the same).
 """
 
 from __future__ import annotations
