@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from cudal1.eval.process import lead, probe_values, state
+from cudal1.eval.process import lead, probe_values, state, timer_guard
 from cudal1.eval.process.protocol import Command, Role
 from cudal1.eval.process.threadwatch import ThreadWatch
 from cudal1.eval.process.wire import decode, digest, encode, flatten_outputs
@@ -474,6 +474,7 @@ def serve(conn: Connection, server: WorkerServer) -> None:
     """Answer commands until ``exit`` or a closed socket. A command this role does not take, or
     an unknown one, is answered with an error like any other failure."""
     handlers = server.handlers()
+    timer_guard.snapshot(server, handlers)  # before any command: before any candidate code
     while True:
         try:
             request = decode(conn.recv_bytes())
