@@ -41,6 +41,7 @@ class LeadFacts:
     asked_us: float
     measured_us: float  # between events recorded on the lead's stream before and after it
     start_spread_us: float | None  # full-gpu: last program start - first (None: one program)
+    spin_returned_at_lead: bool  # spin returned only once the work ahead of it was done
     side_queued_during_lead: bool  # the side work was queued while the lead still ran
     side_start_after_lead_us: float  # side work's first stamp - the lead's end (>= 0: after it)
     side_under_lead_us: float  # side work that ran before the lead ended
@@ -58,11 +59,18 @@ def measure(asked_us: float, full_gpu: bool, device: torch.device) -> LeadFacts:
     for index in range(3):  # compile and warm everything before the measured launch
         _stamp[(1,)](stamps, index)
     a @ a
+    with torch.cuda.stream(side):  # the side stream's own memory pool and cuBLAS workspace
+        a @ a
     torch.cuda.synchronize(device)
     begin, after = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    # Work ahead of the lead, as the worker's flush is: the begin event then times the lead and
+    # not the host's launch of it (~tens of us through Triton).
+    torch.cuda._sleep(1_000_000)
     begin.record()
     lead.spin(asked_us)
     after.record()
+    reached = begin.query()  # the full lead returns only once the GPU has reached it
+    begin.synchronize()  # the fallback does not wait: the side work is queued during the lead
     _stamp[(1,)](stamps, 0)
     with torch.cuda.stream(side):
         _stamp[(1,)](stamps, 1)
@@ -84,6 +92,7 @@ def measure(asked_us: float, full_gpu: bool, device: torch.device) -> LeadFacts:
         asked_us=asked_us,
         measured_us=begin.elapsed_time(after) * 1000,
         start_spread_us=spread,
+        spin_returned_at_lead=reached,
         side_queued_during_lead=queued_during,
         side_start_after_lead_us=(side_start - lead_end) / 1000,
         side_under_lead_us=max(0, min(side_end, lead_end) - side_start) / 1000,
@@ -93,7 +102,7 @@ def measure(asked_us: float, full_gpu: bool, device: torch.device) -> LeadFacts:
 
 def table(rows: list[LeadFacts]) -> Table:
     out = Table(title="the lead: asked vs measured, and work on another stream behind it")
-    for name in ("kind", "asked us", "measured us", "start spread us", "queued during"):
+    for name in ("kind", "asked us", "measured us", "start spread us", "returned at lead", "queued during"):
         out.add_column(name, justify="right")
     for name in ("side start - lead end us", "side under lead us", "side work us", "reason"):
         out.add_column(name, justify="right")
@@ -103,6 +112,7 @@ def table(rows: list[LeadFacts]) -> Table:
             f"{r.asked_us:.0f}",
             f"{r.measured_us:.1f}",
             "-" if r.start_spread_us is None else f"{r.start_spread_us:.1f}",
+            str(r.spin_returned_at_lead),
             str(r.side_queued_during_lead),
             f"{r.side_start_after_lead_us:.1f}",
             f"{r.side_under_lead_us:.1f}",

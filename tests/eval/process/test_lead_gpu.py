@@ -40,6 +40,7 @@ def test_the_lead_lasts_the_time_asked_on_every_sm_at_once(device, asked_us):
 def test_work_another_stream_queues_behind_the_lead_starts_after_it(device):
     facts = measure(5000.0, True, device)
     assert facts.kind == "full-gpu", facts.reason
+    assert facts.spin_returned_at_lead, facts  # the flush's stand-in done: nothing queued overlaps it
     assert facts.side_queued_during_lead, facts  # else the test proves nothing
     assert facts.side_start_after_lead_us >= 0, facts
     assert facts.side_under_lead_us == 0, facts
@@ -61,5 +62,7 @@ def test_the_worker_times_behind_the_full_lead_and_says_so(device):
     assert reply["lead"] == "full-gpu", reply["lead_reason"]
     server.model = torch.nn.Linear(256, 256).to(device)
     server.timing_sets = [[torch.randn(64, 256, device=device)]]
+    server.model(*server.timing_sets[0])  # cuBLAS starts here, not behind the lead
+    torch.cuda.synchronize(device)
     out = server.time(calls=5, start=0)
     assert out["ms"] > 0 and out["ahead"]

@@ -11,15 +11,19 @@ Here the lead is a Triton kernel whose programs take every thread slot of every 
 on ``%globaltimer`` for the requested time from its own start. No block of another kernel, from
 any stream of the process, is scheduled until a lead program ends: work queued behind the lead
 runs after the begin event, beside the timed calls, and the device-wide synchronize before the
-reply puts it on the trusted clock. Work that got onto the GPU before the lead (while the L2 flush
-ran) delays the lead's programs, which then spin their full time from a later start: the lead
-grows by as much, and the trusted clock sees that too.
+reply puts it on the trusted clock. ``spin`` returns only once the GPU has reached the lead (what
+was queued before it, the L2 flush, is done), so whatever the timed calls queue finds every SM
+held. A block that got onto an SM first delays a lead program, which then spins its full time
+from a later start: the lead grows by as much, on the trusted clock too.
 
 What is not covered:
 - a candidate that rewrites the lead in its own process (replaces ``spin``, changes the programs
   launched, rewrites Triton's in-memory kernel): ``timer_guard`` flags the naive ways, and the
   trusted clock bounds the rest by the lead's length per sample;
 - copies by the copy engines (``cudaMemcpyAsync`` on another stream) need no SM and run beside it;
+- work a candidate's own thread queues while the flush before the lead runs can overlap the flush
+  (at most its length: ~80 us for 256 MB at an H100's 3.35 TB/s); the timed calls cannot, as
+  ``spin`` holds the worker's thread until the flush is done;
 - without Triton, or where the spin kernel cannot fill an SM, the lead is ``torch.cuda._sleep`` as
   before (``kind()`` is "one-sm", ``reason()`` says why), and so is the hole.
 """
@@ -181,10 +185,17 @@ def _sleep_cycles_per_us() -> float:
 
 def spin(us: float) -> None:
     """Queue the lead on the current stream: ``us`` microseconds in which, where ``kind()`` is
-    "full-gpu", no other kernel of this process runs. Nothing before ``prepare`` or on a CPU."""
+    "full-gpu", no other kernel of this process runs; it returns once the GPU has reached the
+    lead. Nothing before ``prepare`` or on a CPU."""
     if _LEAD.kind == "full-gpu":
         ns = min(max(int(us * 1000), 0), MAX_SPIN_NS)
+        reached = torch.cuda.Event()
+        reached.record()
         _spin_kernel[(_LEAD.programs,)](_LEAD.marks, ns, num_warps=PROGRAM_WARPS, maxnreg=_LEAD.maxnreg)
+        # Until the work ahead (the flush) is done, what the caller queues next on another stream
+        # could run beside it rather than behind the lead; the lead itself is queued already, so
+        # the GPU does not wait for this thread to wake (the host loses a few us of the lead).
+        reached.synchronize()
     elif _LEAD.kind == "one-sm":
         torch.cuda._sleep(max(1, int(_LEAD.cycles_per_us * us)))
 
