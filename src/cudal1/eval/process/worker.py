@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from cudal1.eval.process import probe_values, state
+from cudal1.eval.process import lead, probe_values, state, timer_guard
 from cudal1.eval.process.protocol import Command, Role
 from cudal1.eval.process.threadwatch import ThreadWatch
 from cudal1.eval.process.wire import decode, digest, encode, flatten_outputs
@@ -70,8 +70,7 @@ class WorkerServer:
         self.last_output: Any = None
         self.last_inputs: list[Any] = []  # of the last timed call
         self.flush_buffer: torch.Tensor | None = None
-        self.lead_cycles = 0  # the default lead (lead_us of set_timing_inputs), in spin cycles
-        self.cycles_per_us = 0.0
+        self.lead_us = 0.0  # the default lead (set_timing_inputs)
         self.slots: dict[str, Any] = {}  # probe models beside the main one
 
     def handlers(self) -> dict[Command, Handler]:
@@ -111,6 +110,7 @@ class WorkerServer:
             # snapshot taken before CUDA started would report as the candidate's doing.
             torch.cuda.set_device(device)
             torch.cuda.synchronize(device)
+            lead.prepare(torch.device(device))  # before the candidate: see lead.prepare
         # Before any candidate code runs here: the state a candidate must leave as it found it.
         self.state0 = state.global_state()
         return {}
@@ -211,9 +211,9 @@ class WorkerServer:
             if self.device.type != "cuda":
                 flush_bytes = min(flush_bytes, 2 * last_level_cache_bytes())
             self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=self.device)
-        self.cycles_per_us = _spin_cycles(self.device, 1000.0) / 1000.0 if self.device.type == "cuda" else 0.0
-        self.lead_cycles = int(self.cycles_per_us * lead_us)
-        return {"lead_cycles": self.lead_cycles}
+        self.lead_us = lead_us
+        lead.prepare(self.device)  # outside every clock; done already where the task loaded on it
+        return {"lead": lead.kind(), "lead_reason": lead.reason()}
 
     def before_timing(self, keys: list[str]) -> None:
         pass
@@ -278,7 +278,7 @@ class WorkerServer:
         was still running when the last call was queued); if not, its launch time leaked in."""
         sets, n = self.timing_sets, len(self.timing_sets)
         out, ahead = None, True
-        cycles = self.lead_cycles if lead_us is None else int(self.cycles_per_us * lead_us)
+        spin_us = self.lead_us if lead_us is None else lead_us
         gc.disable()  # no collector pauses inside the timed window (for either side)
         with torch.no_grad():
             if self.device.type == "cuda":
@@ -290,8 +290,8 @@ class WorkerServer:
                 state.reset_persisting_l2()  # lines kept in L2 on purpose get flushed too
                 if self.flush_buffer is not None:
                     self.flush_buffer.zero_()
-                if cycles:
-                    torch.cuda._sleep(cycles)
+                if spin_us:
+                    lead.spin(spin_us)  # every SM: nothing of another stream runs hidden under it
                 begin.record()
                 for j in range(calls):
                     out = self.model(*sets[(start + j) % n])
@@ -440,21 +440,6 @@ def release(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def _spin_cycles(device: torch.device, lead_us: float) -> int:
-    """GPU clock cycles that ``torch.cuda._sleep`` spins for about ``lead_us`` microseconds here."""
-    if device.type != "cuda":
-        return 0
-    probe = 1_000_000
-    torch.cuda._sleep(probe)  # warm the spin kernel and the clock
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    torch.cuda._sleep(probe)
-    end.record()
-    torch.cuda.synchronize()
-    per_us = probe / max(begin.elapsed_time(end) * 1000, 1e-3)
-    return max(1, int(per_us * lead_us))
-
-
 def last_level_cache_bytes(cpu: int = 0, default: int = 32 * 2**20) -> int:
     """The size of the largest CPU cache ``cpu`` sees (Linux sysfs), or ``default`` where unknown."""
     sizes = [default]
@@ -489,6 +474,7 @@ def serve(conn: Connection, server: WorkerServer) -> None:
     """Answer commands until ``exit`` or a closed socket. A command this role does not take, or
     an unknown one, is answered with an error like any other failure."""
     handlers = server.handlers()
+    timer_guard.snapshot(server, handlers)  # before any command: before any candidate code
     while True:
         try:
             request = decode(conn.recv_bytes())
