@@ -14,6 +14,7 @@ fallback most of it runs under the lead (the hole of issue 21). Needs a CUDA GPU
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,6 +47,7 @@ class LeadFacts:
     side_start_after_lead_us: float  # side work's first stamp - the lead's end (>= 0: after it)
     side_under_lead_us: float  # side work that ran before the lead ended
     side_work_us: float  # the side work, stamp to stamp
+    host_us: float  # the host's time in spin() (the launch, and the wait for the work ahead)
 
 
 def measure(asked_us: float, full_gpu: bool, device: torch.device) -> LeadFacts:
@@ -67,7 +69,9 @@ def measure(asked_us: float, full_gpu: bool, device: torch.device) -> LeadFacts:
     # not the host's launch of it (~tens of us through Triton).
     torch.cuda._sleep(1_000_000)
     begin.record()
+    t0 = time.perf_counter()
     lead.spin(asked_us)
+    host_us = (time.perf_counter() - t0) * 1e6
     after.record()
     reached = begin.query()  # the full lead returns only once the GPU has reached it
     begin.synchronize()  # the fallback does not wait: the side work is queued during the lead
@@ -97,6 +101,7 @@ def measure(asked_us: float, full_gpu: bool, device: torch.device) -> LeadFacts:
         side_start_after_lead_us=(side_start - lead_end) / 1000,
         side_under_lead_us=max(0, min(side_end, lead_end) - side_start) / 1000,
         side_work_us=(side_end - side_start) / 1000,
+        host_us=host_us,
     )
 
 
@@ -104,7 +109,7 @@ def table(rows: list[LeadFacts]) -> Table:
     out = Table(title="the lead: asked vs measured, and work on another stream behind it")
     for name in ("kind", "asked us", "measured us", "start spread us", "returned at lead", "queued during"):
         out.add_column(name, justify="right")
-    for name in ("side start - lead end us", "side under lead us", "side work us", "reason"):
+    for name in ("side start - lead end us", "side under lead us", "side work us", "host us", "reason"):
         out.add_column(name, justify="right")
     for r in rows:
         out.add_row(
@@ -117,6 +122,7 @@ def table(rows: list[LeadFacts]) -> Table:
             f"{r.side_start_after_lead_us:.1f}",
             f"{r.side_under_lead_us:.1f}",
             f"{r.side_work_us:.1f}",
+            f"{r.host_us:.1f}",
             r.reason,
         )
     return out
@@ -129,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> list[LeadFacts]:
     parser.add_argument(
         "--leads", type=float, nargs="+", default=[100.0, 1000.0, 10000.0], help="microseconds"
     )
-    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--device", default="cuda:0")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     torch.cuda.set_device(device)

@@ -58,7 +58,7 @@ def test_without_the_full_lead_the_fallback_spins_and_leaves_the_hole_open(devic
 def test_the_worker_times_behind_the_full_lead_and_says_so(device):
     server = WorkerServer()
     server.device = device
-    reply = server.set_timing_inputs([], 0, lead_us=200.0)
+    reply = server.set_timing_inputs([], 0, lead_us=2000.0)
     assert reply["lead"] == "full-gpu", reply["lead_reason"]
     server.model = torch.nn.Linear(256, 256).to(device)
     server.timing_sets = [[torch.randn(64, 256, device=device)]]
