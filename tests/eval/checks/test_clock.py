@@ -199,3 +199,33 @@ def test_a_result_keeps_its_clock_and_a_stored_one_reads_which_clock_decided():
     assert EvalResult.from_dict(_stored(0.83, None, [flagged])).timing.clock == "wall"
     plain = EvalResult.from_dict(_stored(1.02, 0.9, [])).timing
     assert plain.clock == "events" and plain.events_figure == 1.02
+
+
+def test_every_group_is_compared_and_the_lowest_trusted_figure_of_those_that_disagree_counts():
+    """Work hidden on every sample shows in both groups; the finding lists them, and the lower
+    of their trusted figures decides (here the main samples', which lack the host's launches)."""
+    clock = Clock()
+    ref = Side(clock, 0.2, seed=1)
+    cand = Side(clock, 0.1, late_ms=1.0, late_short_only=False, seed=2)
+    timing, findings = _verdict(ref, cand, launch_samples=12)
+    (finding,) = findings
+    assert finding.code == "clock_disagreement" and finding.evidence["groups"] == ["wall", "launch_wall"]
+    assert timing.clock in ("wall", "launch_wall") and timing.speedup < 1.0
+    assert timing.speedup == timing.wall_speedup == finding.evidence["wall_speedup"]
+
+
+def test_long_lead_samples_alone_hiding_work_are_caught_where_the_short_ones_are_clean():
+    """The other way round from the host that is late on the short-lead pairs only: work hidden
+    behind long leads, honest behind short ones (issue 21, 1.6x and 2.2x verified before)."""
+    clock = Clock()
+
+    class LongLeadsOnly(Side):
+        def start(self, request: SampleRequest) -> None:
+            self.late_ms = 0.0 if request.lead_us is not None and request.lead_us <= 1000 else 1.0
+            super().start(request)
+
+    ref, cand = Side(clock, 0.2, seed=1), LongLeadsOnly(clock, 0.1, late_short_only=False, seed=2)
+    timing, findings = _verdict(ref, cand, launch_samples=12)
+    (finding,) = findings
+    assert finding.evidence["groups"] == ["wall"] and timing.clock == "wall"
+    assert finding.evidence["trusted_clock"] == "wall" and timing.speedup < 1.0

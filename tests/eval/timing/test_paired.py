@@ -14,6 +14,7 @@ from cudal1.eval.checks.compare import Comparison
 from cudal1.eval.timing import stats
 from cudal1.eval.timing.paired import SampleInputs, SampleRequest, TimedReply, Warmup, measure_paired
 from cudal1.eval.timing_stage import timed_output_failure
+from cudal1.schema import Severity, Stage
 
 
 class FakeClock:
@@ -511,6 +512,33 @@ def test_a_reply_without_a_digest_for_every_call_fails_the_check():
     assert out.failures == ["sample 0: the reply has the digests of 1 calls, not 100"]
 
 
+class HiddenBehindLongLeads(FakeEndpoint):
+    """Honest behind the short lead; behind a long one, work the events do not see (a stream
+    left unjoined, a forged timer object) that the trusted clock does."""
+
+    def start(self, request: SampleRequest) -> None:
+        long_lead = request.lead_us is not None and request.lead_us > 1000
+        self.hidden_ms = 1.5 * request.calls if long_lead else 0.0
+        super().start(request)
+
+
+def test_hidden_work_on_the_long_lead_samples_only_is_a_clock_disagreement():
+    """The evaluator before issue 21 compared the clocks on the short-lead pairs alone where
+    there were any, and read this candidate at the events' 2x with no finding."""
+    clock = FakeClock()
+    out = _measure(
+        FakeEndpoint(clock, 2.0, noise=0.01, seed=1),
+        HiddenBehindLongLeads(clock, 1.0, noise=0.01, seed=2),
+        _cfg(max_samples=30, launch_samples=12, lead_us=100),
+    )
+    assert out.launch is not None and out.lead_us is not None and out.lead_us > 1000
+    assert out.estimate.median == pytest.approx(2.0, rel=0.05)
+    timing, findings = _timing_verdict(out, "cuda:0", 0.10)
+    (finding,) = findings
+    assert finding.code == "clock_disagreement" and finding.evidence["groups"] == ["wall"]
+    assert timing.clock == "wall" and timing.speedup == pytest.approx(2.0 / 2.5, rel=0.05)
+
+
 def test_honest_candidates_pass_every_group_and_every_check():
     clock = FakeClock()
     for call_ms in (0.01, 0.2, 2.0):
@@ -526,3 +554,20 @@ def test_honest_candidates_pass_every_group_and_every_check():
             timing, findings = _timing_verdict(out, device, 0.10)
             assert findings == [] and timing.clock == "events"
             assert timing.speedup == pytest.approx(2.0, rel=0.03)
+
+
+def test_a_worker_that_names_tampered_timing_objects_is_rejected():
+    clock = FakeClock()
+    ref, cand = FakeEndpoint(clock, 1.0), FakeEndpoint(clock, 1.0)
+    cand.tampered = ["torch.cuda.Event.record"]
+    ref.tampered = ["the reference's word is not the candidate's"]
+    out = _measure(ref, cand, _cfg(max_samples=12))
+    assert out.tampered == ["torch.cuda.Event.record"]
+    _, findings = _timing_verdict(out, "cpu", 0.10)
+    (finding,) = findings
+    assert (finding.code, finding.severity, finding.stage) == (
+        "timer_tampered",
+        Severity.REJECT,
+        Stage.INTEGRITY,
+    )
+    assert "torch.cuda.Event.record" in finding.message
