@@ -201,8 +201,12 @@ class DigestBatch:
         self._groups.append([0 if isinstance(x, torch.Tensor) else None for x in leaves])
         with torch._C.DisableTorchFunctionSubclass():
             for i, x in enumerate(leaves):
-                if isinstance(x, torch.Tensor) and x.numel():
+                if not isinstance(x, torch.Tensor) or not x.numel():
+                    continue
+                if x.is_contiguous():
                     self._pending.append(((g, i), _bits(x)))
+                else:  # its bits are a copy: summed now, so that K copies are never held at once
+                    self._sums.append(([(g, i)], _bits(x).sum(dtype=torch.int64).reshape(1)))
 
     def queue(self) -> None:
         buckets: dict[tuple[torch.device, torch.dtype, int], list[tuple[tuple[int, int], torch.Tensor]]] = {}
