@@ -45,30 +45,34 @@ def _threads() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
-def _ready(server: WorkerServer) -> WorkerServer:
-    server.load_task(TASK, "timed_sample")
-    server.build([], seed=1, device="cpu")
+DEVICES = ["cpu", pytest.param("cuda:0", marks=pytest.mark.gpu)]
+
+
+def _ready(server: WorkerServer, device: str = "cpu") -> WorkerServer:
+    server.load_task(TASK, "timed_sample", device=device)
+    server.build([], seed=1, device=device)
     server.make_inputs(seed=2, key="warm")
-    server.set_timing_inputs(["warm"], flush_bytes=0)
+    server.set_timing_inputs(["warm"], flush_bytes=1 << 20, lead_us=50.0)
     return server
 
 
-def _candidate(model_new: type) -> CandidateServer:
+def _candidate(model_new: type, device: str = "cpu") -> CandidateServer:
     server = CandidateServer()
     server.candidate = SimpleNamespace(ModelNew=model_new)
-    return _ready(server)  # type: ignore[return-value]
+    return _ready(server, device)  # type: ignore[return-value]
 
 
 def _compare(ref: ReferenceServer, cand: CandidateServer, call: int) -> tuple[bool, list[int | None]]:
     raw = encode({"ok": True, **cand.fetch_output(call)})
-    r = ref.compare(None, raw, ToleranceConfig().model_dump(), "cpu", index=call)
+    r = ref.compare(None, raw, ToleranceConfig().model_dump(), ref.device.type, index=call)
     return r["comparison"]["ok"], r["digests"]
 
 
-def test_every_call_is_digested_and_any_one_matches_the_references_same_call():
-    ref = _ready(ReferenceServer())
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_call_is_digested_and_any_one_matches_the_references_same_call(device):
+    ref = _ready(ReferenceServer(), device)
     model = type(ref.model)
-    cand = _candidate(model)
+    cand = _candidate(model, device)
     sample = {"calls": 6, "seed": 11, "sets": 4, "max_bytes": 1 << 20, "start": 3}
     want, got = ref.time(**sample), cand.time(**sample)
     assert got["input_digest"] == want["input_digest"] and len(want["input_digest"]) == 4
@@ -77,7 +81,7 @@ def test_every_call_is_digested_and_any_one_matches_the_references_same_call():
     for call in range(6):
         ok, fetched = _compare(ref, cand, call)
         assert ok and fetched == got["digests"][call]
-        assert got["digests"][call] == [digest(cand.timed_outputs[call])]
+        assert got["digests"][call] == [digest(cand.timed_outputs[call].cpu())]
     assert cand.timed_inputs(0) is cand.timed_sets[3] and cand.timed_inputs(1) is cand.timed_sets[0]
 
 

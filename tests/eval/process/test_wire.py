@@ -68,19 +68,22 @@ class _Lazy(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 
 
-def test_a_digest_batch_gives_each_tensor_its_digest_without_running_subclass_hooks():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_digest_batch_gives_each_tensor_its_digest_without_running_subclass_hooks(device):
     """A timed sample's digests (its input sets, then every call's outputs) in a few batched
-    kernels: the same values ``digest`` gives one tensor at a time, for every dtype and layout,
-    with stacking across chunks, empty tensors and non-tensors; a subclass's hook never runs."""
+    kernels: the same values ``digest`` gives one tensor at a time (on the CPU, from a fetched
+    copy), for every dtype and layout, with stacking across chunks, empty tensors and
+    non-tensors; a subclass's hook never runs."""
     gen = torch.Generator().manual_seed(0)
     base = torch.randn(64, 33, generator=gen)
-    groups = [
+    host = [
         [base, 3, base.t(), torch.empty(0)],
         [base.half(), base.bfloat16(), (base > 0), base.double()],
         [torch.randint(-100, 100, (7,), dtype=torch.int8), torch.complex(base, -base)],
         *[[torch.randn(5000, generator=gen)] for _ in range(900)],  # > one 16 MiB stack chunk
     ]
-    lazy = torch.randn(4, generator=gen).as_subclass(_Lazy)
+    groups = [[x.to(device) if isinstance(x, torch.Tensor) else x for x in group] for group in host]
+    lazy = torch.randn(4, generator=gen).to(device).as_subclass(_Lazy)
     batch = DigestBatch()
     batch.add(groups[0])
     batch.queue()  # a first part summed before the rest is added, as a sample's inputs are
@@ -90,6 +93,6 @@ def test_a_digest_batch_gives_each_tensor_its_digest_without_running_subclass_ho
     _Lazy.touched = False
     found = batch.read()
     assert not _Lazy.touched
-    expect = [[digest(x) if isinstance(x, torch.Tensor) else None for x in group] for group in groups]
+    expect = [[digest(x) if isinstance(x, torch.Tensor) else None for x in group] for group in host]
     assert found[:-1] == expect
-    assert found[-1] == [digest(lazy.as_subclass(torch.Tensor))]
+    assert found[-1] == [digest(lazy.as_subclass(torch.Tensor).cpu())]
