@@ -198,10 +198,11 @@ class WorkerPair:
                 proc.request(Command.FORGET, keys=keys, slots=slots or [])
 
     def compare(
-        self, key: str | None, raw_reply: bytes, min_scale: float = 1.0
+        self, key: str | None, raw_reply: bytes, min_scale: float = 1.0, index: int = 0
     ) -> tuple[Comparison, list[Any]]:
-        """The candidate's reply (to ``RUN`` on set ``key``, or ``FETCH_LAST`` with ``key`` None)
-        compared in the reference's worker with its outputs; and the reply's output digests."""
+        """The candidate's reply (to ``RUN`` on set ``key``, or with ``key`` None to
+        ``FETCH_OUTPUT`` of call ``index`` of the last timed sample) compared in the reference's
+        worker with its outputs (of the same call); and the reply's output digests."""
         r = self.reference(
             Command.COMPARE,
             key=key,
@@ -209,6 +210,7 @@ class WorkerPair:
             tolerance=self.config.tolerance.model_dump(),
             device_type=device_type(self.device),
             min_scale=min_scale,
+            index=index,
         )
         if key is not None and r.get("isolated"):
             self._isolated[key] = Isolated(**r["isolated"])

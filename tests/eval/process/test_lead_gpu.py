@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -61,8 +62,8 @@ def test_the_worker_times_behind_the_full_lead_and_says_so(device):
     reply = server.set_timing_inputs([], 0, lead_us=2000.0)
     assert reply["lead"] == "full-gpu", reply["lead_reason"]
     server.model = torch.nn.Linear(256, 256).to(device)
-    server.timing_sets = [[torch.randn(64, 256, device=device)]]
-    server.model(*server.timing_sets[0])  # cuBLAS starts here, not behind the lead
+    server.module = SimpleNamespace(get_inputs=lambda: [torch.randn(64, 256)])
+    server.model(torch.randn(64, 256, device=device))  # cuBLAS starts here, not behind the lead
     torch.cuda.synchronize(device)
-    out = server.time(calls=5, start=0)
-    assert out["ms"] > 0 and out["ahead"]
+    out = server.time(calls=5, seed=1, sets=2, max_bytes=2**20)
+    assert out["ms"] > 0 and out["ahead"] and len(out["digests"]) == 5
