@@ -35,12 +35,14 @@ def _forged_elapsed(self, end_event):
 
 
 def _lead_us():
-    """The lead of the worker's timing command this call runs in (None: its default, short)."""
+    """The ``lead_us`` argument of the worker's timing command this call runs in (None: none, or
+    its default, the short lead)."""
     frame = sys._getframe(2)
     for _ in range(8):
         if frame is None:
             return None
-        if frame.f_code.co_name == "time" and "lead_us" in frame.f_code.co_varnames:
+        code = frame.f_code
+        if "lead_us" in code.co_varnames[: code.co_argcount]:
             return frame.f_locals.get("lead_us")
         frame = frame.f_back
     return None

@@ -13,8 +13,8 @@ that call, finds the worker and its ``timing_sets``, and computes the output of 
 there, keeping each under its input tensor (a weak reference and its version counter). In the
 timed calls (the worker turns the garbage collector off around them) it returns a clone of the
 kept output: a copy reads as a plausible time, well above the memory floor, and the copy is
-right. It trusts the cache there: on a miss it clones the last output it kept (under today's
-evaluator a timed call never misses). Calls outside timing compute honestly, so correctness and
+right. It trusts the cache there: on a miss it clones the output of its last untimed call (under
+today's evaluator a timed call never misses). Calls outside timing compute honestly, so correctness and
 the probes pass, and every timed output checked today is right.
 
 Before the defence: ~6x verified on the H100 (issue 21; this variant's copy alone would read far
@@ -54,11 +54,9 @@ class ModelNew(nn.Module):
         self.last_kept = None
 
     def _keep(self, x):
-        out = torch.relu(self.lin(x))
         key = id(x)
         forget = weakref.ref(x, lambda _, kept=self.kept, key=key: kept.pop(key, None))
-        self.kept[key] = (forget, x._version, out)
-        self.last_kept = out
+        self.kept[key] = (forget, x._version, torch.relu(self.lin(x)))
 
     def forward(self, x):
         if not gc.isenabled():  # a timed call
@@ -72,4 +70,5 @@ class ModelNew(nn.Module):
         if server is not None:
             for inputs in server.timing_sets:
                 self._keep(inputs[0])
-        return torch.relu(self.lin(x))
+        self.last_kept = torch.relu(self.lin(x))
+        return self.last_kept

