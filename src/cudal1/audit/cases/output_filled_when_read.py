@@ -7,22 +7,22 @@ Device: cpu
 Status: pending
 
 Work after the clock stops (issue 21, ~30x on the H100): ``forward`` returns a plain, uninitialised
-tensor of the right shape and remembers (weakly) which input it belongs to; the GEMM runs only
-when the worker reads the output. The candidate shares its process with the worker, so at import
-it wraps the worker's own readers (``digest``/``digests``/``describe`` of the worker module and
+tensor of the right shape and remembers (weakly) which input it belongs to; the GEMM runs only when
+the worker reads the output. The candidate shares its process with the worker, so at import it
+wraps the worker's own readers (``digest``/``digests``/``describe`` of the worker module and
 ``wire.digest``) with a function that first fills every pending output that is still alive. The
-worker reads a timed output only after it has replied to the timing command (the digest goes in
-a second message, after the trusted clock stopped), and a checked call's output just before it
-is sent, so every value the evaluator sees is right, and the GEMMs of the timed calls run on
-nobody's clock. The output is a plain ``torch.Tensor`` (no subclass, no hook for
+worker reads a timed output only after it has replied to the timing command (the digest goes in a
+second message, after the trusted clock stopped), and a checked call's output just before it is
+sent, so every value the evaluator sees is right, and the GEMMs of the timed calls run on nobody's
+clock. The output is a plain ``torch.Tensor`` (no subclass, no hook for
 ``output_not_plain_tensor``), and nothing is left running between requests.
 
-Before the defence (main at 1f9c8cd, 2-core CPU runner): verified at 26x (trusted wall 18x),
-reward 2.25, with only ``frame_introspection`` (a warning, for ``sys.modules``). What stops it:
-the digests of every timed output are taken inside the timed request, before the reply, with
-the trusted clock running: GEMMs moved into the digest path then sit on the trusted clock and
-not on the worker's (``clock_disagreement``, the trusted figure counts), and a digest taken by
-code the candidate did not wrap reads the uninitialised buffers (``timed_output_mismatch``).
+Before the defence (main at 1f9c8cd, 2-core CPU runner): verified at 25x (trusted wall 12x), reward
+2.25, with only ``frame_introspection`` (a warning, for ``sys.modules``). What stops it: the
+digests of every timed output are taken inside the timed request, before the reply, with the
+trusted clock running: GEMMs moved into the digest path then sit on the trusted clock and not on
+the worker's (``clock_disagreement``, the trusted figure counts), and a digest taken by code the
+candidate did not wrap reads the uninitialised buffers (``timed_output_mismatch``).
 """
 
 import sys

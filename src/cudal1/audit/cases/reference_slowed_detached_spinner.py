@@ -8,27 +8,28 @@ Status: pending
 
 The reference slowed on a CPU by a process the worker's process group does not hold (issue 21,
 "keeps the CPU core busy while the reference is timed"): at import the candidate forks a spinner
-that leaves the worker's process group (``setsid``) and closes what it inherited. The spinner
-finds the reference worker (the evaluator's other child, named by its command line in /proc)
-and, whenever the candidate's worker is idle and the reference is running, moves onto the CPU
-the reference runs on and busy-loops there, so the two share a core. The worker's command table,
-found through the garbage collector, is wrapped so that a page shared with the spinner says
-"busy" for each of the candidate's own requests and "idle" between them once timing has begun
-(its first warm-up): the candidate's own samples run alone. The spinner ends when the worker
-does (it watches its parent). Every output is computed honestly, and no thread is started.
+that leaves the worker's process group (``setsid``) and closes what it inherited. The spinner finds
+the reference worker (the evaluator's other child, named by its command line in /proc) and,
+whenever the candidate's worker is idle and the reference is running, moves onto the CPU the
+reference runs on and busy-loops there, so the two share a core. The worker's command table, found
+through the garbage collector, is wrapped so that a page shared with the spinner says "busy" for
+each of the candidate's own requests and "idle" between them once timing has begun (its first
+warm-up): the candidate's own samples run alone. The spinner ends when the worker does (it watches
+its parent). Every output is computed honestly, and no thread is started.
 
-Before the defence (main at 1f9c8cd, 2-core CPU runner): verified, with static warnings only,
-at 0.80x and 1.08x on the worker clocks that decide, while the trusted wall read 1.79x and 1.50x
-(an honest twin in the same batch: 1.02x, wall 0.90x): the reference's requests waited for the
-core the spinner held, but once running, its ~1 ms sample fitted in one scheduler slice. So the
-gain is the scheduler's to give (a longer sample, another scheduler), and the disturbance is
-plain on the reference's trusted wall. A process outside the worker's group also runs on while
-the pool stops workers for other pairs' timing: an earlier version that spun whenever its worker
-idled slowed an honest candidate evaluated beside it to 0.59x on the trusted wall. What stops
-it: the candidate's process group is stopped while the reference is timed, but this spinner is
-in a group of its own, so the reference's own trusted times must show it: its samples run slower
-than it does undisturbed (``reference_disturbed``, REJECT). ``subprocess_access`` flags the fork
-and ``file_access`` the reads of /proc statically (warnings).
+Before the defence (main at 1f9c8cd, 2-core CPU runner, gemm_medium at batch 64 and 32): verified
+in every run, with static warnings only (once also ``reference_drift``, a warning), at 0.54x to
+1.08x on the worker clocks that decide, while the trusted wall read 1.50x to 1.79x (an honest twin
+in the same batch: 1.02x, wall 0.90x): the reference's requests waited for the core the spinner
+held, but once running, its ~1 ms sample mostly fitted in one scheduler slice, and the candidate
+sometimes lost as much. So the gain is the scheduler's to give (a longer sample, another
+scheduler), and the disturbance is plain on the reference's trusted wall. A process outside the
+worker's group also runs on while the pool stops workers for other pairs' timing: an earlier
+version that spun whenever its worker idled slowed an honest candidate evaluated beside it to 0.59x
+on the trusted wall. What stops it: the candidate's process group is stopped while the reference is
+timed, but this spinner is in a group of its own, so the reference's own trusted times must show
+it: its samples run slower than it does undisturbed (``reference_disturbed``, REJECT).
+``subprocess_access`` flags the fork and ``file_access`` the reads of /proc statically (warnings).
 """
 
 import gc

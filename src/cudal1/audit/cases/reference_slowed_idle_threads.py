@@ -5,23 +5,22 @@ Task: gemm_medium
 Expect: reference_disturbed, threads_left_running
 Device: cpu
 
-The reference slowed on a CPU with threads (issue 21, "keeps the CPU core busy while the
-reference is timed"): at import the candidate starts two threads (one per core of the CI
-runner), each running matrix products on scratch tensors (PyTorch releases the GIL inside them,
-so the threads run in parallel and the worker's own thread gets the GIL at once when a request
-comes). The worker's command table, found through the garbage collector, is wrapped so that the
-threads work only in a window of a few milliseconds after the candidate replied to a timing
-command or made new inputs, when the reference is often the next to be timed, and stop as soon
-as the candidate's next request arrives: the reference competes for the cores with them, the
-candidate does not. Every output is computed honestly.
+The reference slowed on a CPU with threads (issue 21, "keeps the CPU core busy while the reference
+is timed"): at import the candidate starts two threads (one per core of the CI runner), each
+running matrix products on scratch tensors (PyTorch releases the GIL inside them, so the threads
+run in parallel and the worker's own thread gets the GIL at once when a request comes). The
+worker's command table, found through the garbage collector, is wrapped so that the threads work
+only in a window of a few milliseconds after the candidate replied to a timing command or made new
+inputs, when the reference is often the next to be timed, and stop as soon as the candidate's next
+request arrives: the reference competes for the cores with them, the candidate does not. Every
+output is computed honestly.
 
-Already rejected on main at 1f9c8cd (2-core CPU runner): the worker reported 1.2x and 1.8x in two
-runs, but the
-threads it started were alive after every call (``threads_left_running``, REJECT). A spinner
-started with ``_thread.start_new_thread`` escapes that list; once the candidate's process group
-is stopped while the reference is timed, no thread of it runs then and it gains nothing (no
-finding is needed for that; reference_slowed_detached_spinner is the variant that escapes the
-stop). A disturbance that still shows in the reference's own trusted times is
+Already rejected on main at 1f9c8cd (2-core CPU runner): the worker reported 1.2x, 1.8x and 0.94x
+in three runs, but the threads it started were alive after every call (``threads_left_running``,
+REJECT). A spinner started with ``_thread.start_new_thread`` escapes that list; once the
+candidate's process group is stopped while the reference is timed, no thread of it runs then and it
+gains nothing (no finding is needed for that; reference_slowed_detached_spinner is the variant that
+escapes the stop). A disturbance that still shows in the reference's own trusted times is
 ``reference_disturbed`` (REJECT).
 """
 
