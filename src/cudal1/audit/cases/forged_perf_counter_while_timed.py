@@ -14,13 +14,15 @@ around its timed calls) it rebinds ``time.perf_counter`` to a clock that runs at
 and leaves it there for the rest of the timing stage: the worker reads its clock by that name
 around each sample and reports a quarter of the time. Every output is computed honestly.
 
-Before the defence (main at 1f9c8cd, 2-core CPU runner at a load average of 8-9): verified at 3.4x
-to 3.9x in 5 of 6 runs with only ``timing_patch`` (a static warning), although the trusted wall
-read 0.58x to 2.3x; once the clock check caught it (``clock_disagreement``, the wall's 0.97x
-counted). On a loaded runner the reference's own overhead is so noisy that neither the per-sample
-excess nor the net-wall interval clears it. What stops it: the timing functions' identities are
-snapshotted at worker start and every timing reply names what differs (``timer_tampered``, REJECT,
-whatever the load); the clocks still disagree (``clock_disagreement``).
+Before the defence (main at 1f9c8cd, 2-core CPU runner at a load average of 8-9): verified at 3.8x
+and 3.9x in both runs with only ``timing_patch`` (a static warning), although the trusted wall read
+0.95x and 0.58x. A variant that put the real clock back inside the worker's last read of it (so
+nothing is rebound when the reply is built) was verified in 3 of 5 runs (3.4x-3.6x) and caught by
+``clock_disagreement`` in 2. On a loaded runner the reference's own overhead is so noisy that
+neither the per-sample excess nor the net-wall interval clears it. What stops it: the timing
+functions' identities are snapshotted at worker start and every timing reply names what differs
+(``timer_tampered``, REJECT, whatever the load); the clocks still disagree
+(``clock_disagreement``).
 """
 
 import gc
