@@ -18,8 +18,8 @@ GPU, ``reproducibility_floor_cpu`` on the CPU) is the 95% half-width it implies.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
-import random
 import sys
 import tempfile
 from pathlib import Path
@@ -38,7 +38,7 @@ from cudal1.config import SandboxConfig, TimingConfig  # noqa: E402
 from cudal1.eval.process.protocol import Command, Role  # noqa: E402
 from cudal1.eval.process.sandbox import WorkerProcess  # noqa: E402
 from cudal1.eval.reference_process import ENTRY as REFERENCE_ENTRY  # noqa: E402
-from cudal1.eval.timing.paired import measure_paired  # noqa: E402
+from cudal1.eval.timing.paired import SampleInputs, measure_paired  # noqa: E402
 from cudal1.eval.workers import WorkerEndpoint  # noqa: E402
 from cudal1.schema import Task  # noqa: E402
 from cudal1.tasks import bundled_tasks  # noqa: E402
@@ -91,15 +91,16 @@ def pair(
     a = start(task, init_args, device, cpu, extra_path, **variant)
     b = start(task, init_args, device, cpu, extra_path)
     try:
-        def refresh(sample: int, calls: int) -> int:  # in random order, as the evaluator makes them
-            sides = random.sample([a, b], 2)
-            counts = [p.request(Command.REFRESH_INPUTS, seed=10_000 + sample, count=min(calls, 64), max_bytes=1 << 30)["count"]
-                      for p in sides]
-            return int(min(counts))
+        seeds = itertools.count(10_000)  # each sample's timed inputs, made inside its timed request
+
+        def agree(label: str, want: list[Any], got: list[Any]) -> None:
+            if want != got:
+                raise RuntimeError(f"{label}: the two workers made different inputs from one seed")
 
         cfg = TimingConfig(min_samples=samples, max_samples=samples, budget_s=1e6, target_rel_ci=1e-9,
                            max_output_checks=1, check_output_fraction=0.0, reproducibility_floor=0.0)
-        out = measure_paired(WorkerEndpoint(a), WorkerEndpoint(b), cfg, lambda s, d: None, refresh)
+        out = measure_paired(WorkerEndpoint(a), WorkerEndpoint(b), cfg, lambda s, c, d: None,
+                             SampleInputs(lambda: next(seeds), agree))
         return out.estimate.median, out.estimate.ci_low, out.estimate.ci_high, out.calls_per_sample
     finally:
         a.close()

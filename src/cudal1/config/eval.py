@@ -119,7 +119,10 @@ class TimingConfig(StrictConfig):
         64, ge=1, description="fresh input sets per sample at most (one per timed call up to this)"
     )
     timing_sets_bytes: int = Field(
-        1 << 30, ge=0, description="fresh input sets per sample stay under this many bytes (at least one set)"
+        1 << 30,
+        ge=0,
+        description="a sample's fresh input sets and its K kept outputs stay under this many bytes "
+        "(K is capped to fit; at least one set and one call)",
     )
 
 

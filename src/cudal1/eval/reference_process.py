@@ -6,6 +6,12 @@ only the trusted side may: hands out init inputs, keeps the reference's outputs 
 twin's) to compare a candidate's forwarded outputs against, counts the reference's FLOPs and
 bytes, and measures the device's peaks. It imports no pool and no pydantic config: tolerances
 arrive as a plain mapping.
+
+Timed samples: the reference times the same K calls on the same fresh inputs (made inside its
+own ``time`` request from the sample's seed) and keeps every call's output and the sample's
+input sets until the next sample, so that the one candidate output the trusted side fetches
+(call j, drawn after both replies) is compared with the reference's output of call j, and with a
+float64 twin run on call j's inputs.
 """
 
 from __future__ import annotations
@@ -168,20 +174,22 @@ class ReferenceServer(WorkerServer):
         tolerance: dict[str, Any],
         device_type: str,
         min_scale: float = 1.0,
+        index: int = 0,
     ) -> dict[str, Any]:
         """Compare a candidate's forwarded reply with the kept reference outputs of set ``key``,
-        or (``key`` None) with this worker's last timed output: a timed sample's inputs are made
-        fresh for it, and the reference timed the same ones in the same sample. Then a float64
-        twin, made for this check and dropped after it (the timing memory picture stays), runs on
-        those inputs, so a timed output's precision is judged as the correctness sets' were;
-        without one the allowed room doubles, for the fp32 reference's own error."""
+        or (``key`` None) with this worker's output of call ``index`` of the last timed sample: a
+        timed sample's inputs are made fresh for it, and the reference timed the same calls on
+        the same ones in the same sample. Then a float64 twin, made for this check and dropped
+        after it (the timing memory picture stays), runs on that call's inputs, so a timed
+        output's precision is judged as the correctness sets' were; without one the allowed room
+        doubles, for the fp32 reference's own error."""
         cand = decode(reply)["outputs"]
         cand["values"] = [to_device(v, self.device) for v in cand["values"]]
         cand_digests = [digest(v) if isinstance(v, torch.Tensor) else None for v in cand["values"]]
         ref: dict[str, Any] | None
         ref64: dict[str, Any] | None
         if key is None:
-            ref, ref64 = describe(self.last_output), self._timed_float64()
+            ref, ref64 = describe(self.timed_outputs[index]), self._timed_float64(index)
             min_scale = min_scale if ref64 is not None else 2 * min_scale
         else:
             ref, ref64 = (_on(d, self.device) for d in self.expected[key])
@@ -203,13 +211,14 @@ class ReferenceServer(WorkerServer):
         _set_tf32(allow_tf32)
         return super().set_timing_inputs(keys, flush_bytes, lead_us)
 
-    def _timed_float64(self) -> dict[str, Any] | None:
+    def _timed_float64(self, index: int) -> dict[str, Any] | None:
+        """The float64 twin's output on the inputs of call ``index`` of the last timed sample."""
         twin = _twin(self.model, torch.float64)
         if twin is None:
             return None
         try:
             with torch.no_grad():
-                out64 = twin(*[_cast(x, torch.float64) for x in self.last_inputs])
+                out64 = twin(*[_cast(x, torch.float64) for x in self.timed_inputs(index)])
                 sync(self.device)
             return describe(out64)
         except Exception:  # a model with no float64 path: judged against fp32 alone
@@ -234,8 +243,14 @@ class ReferenceServer(WorkerServer):
         CUDA context; the reply carries the evaluation's peak device memory for admission."""
         if everything:
             keys, slots = list(self.inputs), list(self.slots)
-            self.model = self.model64 = self.last_output = None
-            self.twins, self.expected, self.warm_sets, self.timing_sets, self.last_inputs = {}, {}, [], [], []
+            self.model = self.model64 = None
+            self.twins, self.expected, self.warm_sets, self.timed_sets, self.timed_outputs = (
+                {},
+                {},
+                [],
+                [],
+                [],
+            )
             self.allowances = {}
         for key in keys:
             self.expected.pop(key, None)

@@ -1,9 +1,10 @@
 """The timing stage: paired samples of reference and candidate (``timing.paired``) on inputs both
-workers make from secret seeds, every sample's output checked afterwards, the verdict of the
-trusted clock (``checks.clock``), whether work the candidate left behind slowed the reference
-(``checks.interference``: its process is stopped while the reference runs, its leftover GPU work
-shows in the reference's own times), the reference's drift against its clean baseline
-(``checks.drift``), and the speed-of-light percentages with the physical-limit gate.
+workers make from secret seeds inside each timed request (their digests must agree), one call's
+output of the checked samples fetched afterwards and compared (the call drawn after the sample),
+the verdict of the trusted clock (``checks.clock``), whether work the candidate left behind slowed
+the reference (``checks.interference``: its process is stopped while the reference runs, and its
+leftover GPU work shows in the reference's own times), the reference's drift against its clean
+baseline (``checks.drift``), and the speed-of-light percentages with the physical-limit gate.
 
 Runs with the device and the reference's lock held, and, where the pool asks for it, inside a
 quiet window (``eval/quiet.py``) that stops the pool's other workers while the pair is sampled.
@@ -19,12 +20,13 @@ from typing import Any
 
 from cudal1.config import EvalConfig
 from cudal1.eval.checks.clock import timing_verdict
+from cudal1.eval.checks.compare import Comparison
 from cudal1.eval.checks.drift import reference_drift
 from cudal1.eval.checks.interference import reference_disturbed
 from cudal1.eval.checks.stage_failure import StageFailed
 from cudal1.eval.devices import device_type
 from cudal1.eval.process.protocol import Command
-from cudal1.eval.timing.paired import measure_paired
+from cudal1.eval.timing.paired import SampleInputs, measure_paired
 from cudal1.eval.timing.speed_of_light import DevicePeaks, Precision, Work, physical_gate, sol_ms
 from cudal1.eval.worker_pair import Seeds, WorkerPair
 from cudal1.eval.workers import WorkerEndpoint, default_build_cache
@@ -42,7 +44,7 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
         )
     keys = [f"time{i}" for i in range(pair.config.timing_input_sets)]
     with record.phase("timing_inputs"):
-        for key in keys:  # warm-up inputs; every timed sample gets fresh ones (refresh)
+        for key in keys:  # warm-up inputs; every timed sample makes fresh ones inside its request
             pair.same_inputs(Command.MAKE_INPUTS, key, seed=seeds.next(), key=key)
     timing_args: dict[str, Any] = {
         "keys": keys,
@@ -60,20 +62,14 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
     timed_precision = pair.precision_tracker()
     levels = pair.first_levels()
 
-    def refresh(sample: int, calls: int) -> int:
-        args = {
-            "seed": seeds.next(),
-            "count": min(calls, cfg.max_timing_sets),
-            "max_bytes": cfg.timing_sets_bytes,
-        }
-        return int(pair.same_inputs(Command.REFRESH_INPUTS, f"timed{sample}", **args)["count"])
-
-    def check(sample: int, digests: list[Any]) -> str | None:
-        cmp, real = pair.compare(None, cand.request_raw(Command.FETCH_LAST), room)
+    def check(sample: int, call: int, digests: list[Any]) -> str | None:
+        fetched = cand.request_raw(Command.FETCH_OUTPUT, index=call)
+        cmp, real = pair.compare(None, fetched, room, index=call)
         timed_precision.add(cmp, levels)
-        if list(digests) != real:
-            return f"sample {sample}: the output fetched afterwards is not the one timed (digest mismatch)"
-        return None if cmp.ok else f"sample {sample}: timed output wrong: {cmp.message}"
+        return timed_output_failure(sample, call, digests, real, cmp)
+
+    def agree(label: str, want: list[Any], got: list[Any]) -> None:
+        pair.check_inputs(want, got, label)
 
     with record.phase("sampling"), quiet() as paused:
         record.note(workers_paused_while_timed=paused)
@@ -82,7 +78,7 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
             WorkerEndpoint(cand),
             cfg,
             check,
-            refresh,
+            SampleInputs(seeds.next, agree),
             rng=random.Random(seeds.next()),
         )
     record.timing, findings = timing_verdict(outcome, pair.device, cfg.clock_disagreement)
@@ -114,6 +110,21 @@ def _drift(pair: WorkerPair) -> Finding | None:
         str(pair.ref.info.get("torch")),
         pair.config.guards.reference_drift,
     )
+
+
+def timed_output_failure(
+    sample: int, call: int, reported: list[Any], fetched: list[Any], cmp: Comparison
+) -> str | None:
+    """Why the candidate's output of ``call`` of ``sample`` fails, or None: its fetched output's
+    digests must be those its reply reported for that call (a different one was computed after
+    the clock stopped, or the reply lied), and the output must match the reference's output of
+    the same call."""
+    if list(reported) != list(fetched):
+        return (
+            f"sample {sample}, call {call}: the output fetched afterwards is not the one timed "
+            "(digest mismatch)"
+        )
+    return None if cmp.ok else f"sample {sample}, call {call}: timed output wrong: {cmp.message}"
 
 
 def speed_of_light(pair: WorkerPair, key: str) -> None:

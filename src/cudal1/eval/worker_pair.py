@@ -10,7 +10,8 @@ the workers through this class.
 
 from __future__ import annotations
 
-import random
+import hashlib
+import hmac
 import secrets
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -33,15 +34,23 @@ from cudal1.schema import Finding, Severity, Stage, Task
 
 
 class Seeds:
-    """Secret per-evaluation seeds (or reproducible ones from ``EvalConfig.seed``)."""
+    """Secret per-evaluation seeds (or reproducible ones from ``EvalConfig.seed``).
+
+    Each seed is a keyed hash of its position (HMAC-SHA256 under a secret 256-bit key, or under
+    the configured seed for reproducible runs), not the next output of a Mersenne Twister: the
+    candidate's worker sees one seed per timed sample, and a few hundred consecutive twister
+    outputs would let it rebuild the generator and know every later sample's inputs ahead."""
 
     def __init__(self, base: int | None) -> None:
         self.base = base if base is not None else secrets.randbits(62)
-        self._rng = random.Random(self.base)
-        self.init = self._rng.getrandbits(62)
+        self._key = secrets.token_bytes(32) if base is None else str(base).encode()
+        self._count = 0
+        self.init = self.next()
 
     def next(self) -> int:
-        return self._rng.getrandbits(62)
+        self._count += 1
+        mac = hmac.new(self._key, self._count.to_bytes(8, "little"), hashlib.sha256).digest()
+        return int.from_bytes(mac[:8], "little") >> 2  # 62 bits, as torch.manual_seed takes
 
 
 @dataclass
@@ -198,10 +207,11 @@ class WorkerPair:
                 proc.request(Command.FORGET, keys=keys, slots=slots or [])
 
     def compare(
-        self, key: str | None, raw_reply: bytes, min_scale: float = 1.0
+        self, key: str | None, raw_reply: bytes, min_scale: float = 1.0, index: int = 0
     ) -> tuple[Comparison, list[Any]]:
-        """The candidate's reply (to ``RUN`` on set ``key``, or ``FETCH_LAST`` with ``key`` None)
-        compared in the reference's worker with its outputs; and the reply's output digests."""
+        """The candidate's reply (to ``RUN`` on set ``key``, or with ``key`` None to
+        ``FETCH_OUTPUT`` of call ``index`` of the last timed sample) compared in the reference's
+        worker with its outputs (of the same call); and the reply's output digests."""
         r = self.reference(
             Command.COMPARE,
             key=key,
@@ -209,6 +219,7 @@ class WorkerPair:
             tolerance=self.config.tolerance.model_dump(),
             device_type=device_type(self.device),
             min_scale=min_scale,
+            index=index,
         )
         if key is not None and r.get("isolated"):
             self._isolated[key] = Isolated(**r["isolated"])

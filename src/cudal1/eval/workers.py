@@ -25,6 +25,7 @@ from cudal1.eval.process.protocol import Command, Role
 from cudal1.eval.process.sandbox import RemoteError, WorkerError, WorkerProcess
 from cudal1.eval.reference_process import ENTRY as REFERENCE_ENTRY
 from cudal1.eval.timing import stats
+from cudal1.eval.timing.paired import SampleRequest, TimedReply, Warmup
 from cudal1.schema import Stage, Task, source_hash
 
 # Queried once per device: each query makes a CUDA context, which would disturb a timing run
@@ -135,7 +136,6 @@ class WorkerEndpoint:
     def __init__(self, process: WorkerProcess) -> None:
         self.process = process
         self._rtt: float | None = None
-        self.host_ahead = True  # of the last timed sample (the worker's word; see paired.py)
         self._requests_at_resume: int | None = None  # None: never paused yet
 
     def pause(self) -> bool:
@@ -151,9 +151,9 @@ class WorkerEndpoint:
         self._requests_at_resume = self.process.requests_sent
         self.process.resume(at_next_request=True)
 
-    def warmup(self, min_calls: int, min_ms: float) -> tuple[int, float]:
+    def warmup(self, min_calls: int, min_ms: float) -> Warmup:
         r = self.process.request(Command.WARMUP, min_calls=min_calls, min_ms=min_ms)
-        return int(r["calls"]), float(r["ms"])
+        return Warmup(int(r["calls"]), float(r["ms"]), int(r.get("set_bytes", 0)), int(r.get("out_bytes", 0)))
 
     def round_trip_ms(self) -> float:
         if self._rtt is None:
@@ -168,19 +168,33 @@ class WorkerEndpoint:
     def prepare(self) -> None:
         self.process.request(Command.PREPARE)
 
-    def start(self, calls: int, first_set: int, lead_us: float | None = None) -> None:
-        self.process.send(Command.TIME, calls=calls, start=first_set, lead_us=lead_us)
+    def start(self, request: SampleRequest) -> None:
+        self.process.send(
+            Command.TIME,
+            calls=request.calls,
+            seed=request.seed,
+            sets=request.sets,
+            max_bytes=request.max_bytes,
+            start=request.first_set,
+            lead_us=request.lead_us,
+        )
 
-    def finish(self) -> float:
-        reply = self.process.receive(Command.TIME)
-        self.host_ahead = bool(reply.get("ahead", True))
-        ms = float(reply["ms"])
-        if not math.isfinite(ms) or ms < 0:
+    def finish(self) -> TimedReply:
+        """The sample's one reply, its shape checked: a worker is untrusted, and a reply it
+        shaped wrongly is its failure, not the evaluator's."""
+        r = self.process.receive(Command.TIME)
+        ms = r.get("ms")
+        if not isinstance(ms, int | float) or not math.isfinite(ms) or ms < 0:
             raise RemoteError(f"worker reported an impossible time {ms!r}", "")
-        return ms
-
-    def digests(self) -> list[Any]:
-        return list(self.process.receive(Command.TIME)["digest"])
+        digests, inputs, tampered = r.get("digests"), r.get("input_digest"), r.get("tampered", [])
+        if not (
+            isinstance(digests, list)
+            and all(isinstance(d, list) for d in digests)
+            and isinstance(inputs, list)
+            and isinstance(tampered, list)
+        ):
+            raise RemoteError("worker sent a timing reply without its digests", "")
+        return TimedReply(float(ms), bool(r.get("ahead", True)), inputs, digests, [str(t) for t in tampered])
 
 
 def _plain(value: Any) -> bool:

@@ -9,7 +9,7 @@ import pytest
 
 from cudal1.config import TimingConfig
 from cudal1.eval.checks.clock import timing_verdict
-from cudal1.eval.timing.paired import measure_paired
+from cudal1.eval.timing.paired import SampleInputs, SampleRequest, TimedReply, Warmup, measure_paired
 from cudal1.schema import EvalResult, Finding, Severity, Stage, Timing
 
 
@@ -41,13 +41,12 @@ class Side:
         self.clock, self.call_ms, self.reported = clock, call_ms, reported
         self.late_ms, self.late_short_only, self.noise = late_ms, late_short_only, noise
         self.rng = random.Random(seed)
-        self.pending = 0.0
-        self.host_ahead = True
+        self.pending = TimedReply(0.0)
 
-    def warmup(self, min_calls: int, min_ms: float) -> tuple[int, float]:
+    def warmup(self, min_calls: int, min_ms: float) -> Warmup:
         n = max(min_calls, int(min_ms / self.call_ms) + 1)
         self.clock.now += n * self.call_ms / 1000
-        return n, n * self.call_ms
+        return Warmup(n, n * self.call_ms)
 
     def round_trip_ms(self) -> float:
         return 0.0
@@ -55,24 +54,25 @@ class Side:
     def prepare(self) -> None:
         pass
 
-    def start(self, calls: int, first_set: int, lead_us: float | None = None) -> None:
-        t = calls * self.call_ms * (1 + self.rng.uniform(-self.noise, self.noise))
-        short = lead_us is not None and lead_us <= 1000
+    def start(self, request: SampleRequest) -> None:
+        t = request.calls * self.call_ms * (1 + self.rng.uniform(-self.noise, self.noise))
+        short = request.lead_us is not None and request.lead_us <= 1000
         late = self.late_ms if short or not self.late_short_only else 0.0
         self.clock.now += (t + late) / 1000
-        self.pending = t * self.reported
+        self.pending = TimedReply(t * self.reported, True, [request.seed], [[0]] * request.calls)
 
-    def finish(self) -> float:
+    def finish(self) -> TimedReply:
         return self.pending
-
-    def digests(self) -> list[int]:
-        return [0]
 
     def pause(self) -> bool:
         return True
 
     def resume(self) -> None:
         pass
+
+
+def _inputs() -> SampleInputs:
+    return SampleInputs(lambda: 7, lambda label, want, got: None)
 
 
 def _verdict(ref: Side, cand: Side, **cfg: float) -> tuple[Timing, list[Finding]]:
@@ -83,7 +83,7 @@ def _verdict(ref: Side, cand: Side, **cfg: float) -> tuple[Timing, list[Finding]
         cand,
         TimingConfig(**settings),
         lambda *a: None,
-        lambda s, k: 3,
+        _inputs(),
         clock=ref.clock,
         rng=random.Random(1),
     )
@@ -166,7 +166,7 @@ def test_no_figure_below_the_events_without_a_finding_that_names_both(seed):
         cand,
         TimingConfig(**settings, launch_samples=rng.choice([0, 8])),
         lambda *a: None,
-        lambda s, k: 3,
+        _inputs(),
         clock=clock,
         rng=random.Random(seed),
     )
@@ -205,3 +205,33 @@ def test_a_result_keeps_its_clock_and_a_stored_one_reads_which_clock_decided():
     assert EvalResult.from_dict(_stored(0.83, None, [flagged])).timing.clock == "wall"
     plain = EvalResult.from_dict(_stored(1.02, 0.9, [])).timing
     assert plain.clock == "events" and plain.events_figure == 1.02
+
+
+def test_every_group_is_compared_and_the_lowest_trusted_figure_of_those_that_disagree_counts():
+    """Work hidden on every sample shows in both groups; the finding lists them, and the lower
+    of their trusted figures decides (here the main samples', which lack the host's launches)."""
+    clock = Clock()
+    ref = Side(clock, 0.2, seed=1)
+    cand = Side(clock, 0.1, late_ms=1.5, late_short_only=False, seed=2)  # 0.25 ms a call in all
+    timing, findings = _verdict(ref, cand, launch_samples=12)
+    (finding,) = findings
+    assert finding.code == "clock_disagreement" and finding.evidence["groups"] == ["wall", "launch_wall"]
+    assert timing.clock in ("wall", "launch_wall") and timing.speedup < 1.0
+    assert timing.speedup == timing.wall_speedup == finding.evidence["wall_speedup"]
+
+
+def test_long_lead_samples_alone_hiding_work_are_caught_where_the_short_ones_are_clean():
+    """The other way round from the host that is late on the short-lead pairs only: work hidden
+    behind long leads, honest behind short ones (issue 21, 1.6x and 2.2x verified before)."""
+    clock = Clock()
+
+    class LongLeadsOnly(Side):
+        def start(self, request: SampleRequest) -> None:
+            self.late_ms = 0.0 if request.lead_us is not None and request.lead_us <= 1000 else 1.5  # 0.25 ms a call
+            super().start(request)
+
+    ref, cand = Side(clock, 0.2, seed=1), LongLeadsOnly(clock, 0.1, late_short_only=False, seed=2)
+    timing, findings = _verdict(ref, cand, launch_samples=12)
+    (finding,) = findings
+    assert finding.evidence["groups"] == ["wall"] and timing.clock == "wall"
+    assert finding.evidence["trusted_clock"] == "wall" and timing.speedup < 1.0

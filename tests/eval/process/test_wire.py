@@ -7,7 +7,7 @@ import pickle
 import pytest
 import torch
 
-from cudal1.eval.process.wire import WireError, decode, digest, encode
+from cudal1.eval.process.wire import DigestBatch, WireError, decode, digest, encode
 
 
 @pytest.mark.parametrize(
@@ -55,3 +55,44 @@ def test_digest_is_exact_and_order_independent():
     u[17] = torch.nextafter(u[17], torch.tensor(10.0))
     assert digest(u) != digest(t)
     assert digest(t.reshape(10, 100).t()) == digest(t)
+
+
+class _Lazy(torch.Tensor):
+    """A subclass whose Python hook would fill it when first touched (audit/cases/lazy_output.py)."""
+
+    touched = False
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        _Lazy.touched = True
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_digest_batch_gives_each_tensor_its_digest_without_running_subclass_hooks(device):
+    """A timed sample's digests (its input sets, then every call's outputs) in a few batched
+    kernels: the same values ``digest`` gives one tensor at a time (on the CPU, from a fetched
+    copy), for every dtype and layout, with stacking across chunks, empty tensors and
+    non-tensors; a subclass's hook never runs."""
+    gen = torch.Generator().manual_seed(0)
+    base = torch.randn(64, 33, generator=gen)
+    host = [
+        [base, 3, base.t(), torch.empty(0)],
+        [base.half(), base.bfloat16(), (base > 0), base.double()],
+        [torch.randint(-100, 100, (7,), dtype=torch.int8), torch.complex(base, -base)],
+        *[[torch.randn(5000, generator=gen)] for _ in range(900)],  # > one 16 MiB stack chunk
+    ]
+    groups = [[x.to(device) if isinstance(x, torch.Tensor) else x for x in group] for group in host]
+    lazy = torch.randn(4, generator=gen).to(device).as_subclass(_Lazy)
+    batch = DigestBatch()
+    batch.add(groups[0])
+    batch.queue()  # a first part summed before the rest is added, as a sample's inputs are
+    for group in groups[1:]:
+        batch.add(group)
+    batch.add([lazy])
+    _Lazy.touched = False
+    found = batch.read()
+    assert not _Lazy.touched
+    expect = [[digest(x) if isinstance(x, torch.Tensor) else None for x in group] for group in host]
+    assert found[:-1] == expect
+    assert found[-1] == [digest(lazy.as_subclass(torch.Tensor).cpu())]

@@ -13,7 +13,15 @@ import pytest
 
 from cudal1.config import TimingConfig
 from cudal1.eval.checks.interference import SLOWDOWN_MARGIN, reference_disturbed, slower_beyond
-from cudal1.eval.timing.paired import REFERENCE_AGAIN, PairedOutcome, measure_paired
+from cudal1.eval.timing.paired import (
+    REFERENCE_AGAIN,
+    PairedOutcome,
+    SampleInputs,
+    SampleRequest,
+    TimedReply,
+    Warmup,
+    measure_paired,
+)
 
 
 class Device:
@@ -57,17 +65,17 @@ class Side:
         self.host_ahead = True
         self.paused = False
         self.ran = True  # since the last resume (True before the first pause)
-        self.pending = 0.0
+        self.pending: TimedReply | None = None
 
     def _call(self, what: str) -> None:
         assert not self.paused, f"{self.name}.{what} while stopped"
         self.ran = True
         self.device.log.append(f"{self.name}.{what}")
 
-    def warmup(self, min_calls: int, min_ms: float) -> tuple[int, float]:
+    def warmup(self, min_calls: int, min_ms: float) -> Warmup:
         self._call("warmup")
         self.device.now += 3 * self.call_ms / 1000
-        return 3, 3 * self.call_ms
+        return Warmup(3, 3 * self.call_ms)
 
     def round_trip_ms(self) -> float:
         return 0.0
@@ -77,7 +85,7 @@ class Side:
         if self.name == "cand":
             self.device.leftover = 0.0  # its own leftover: waited for here, outside the clocks
 
-    def start(self, calls: int, first_set: int, lead_us: float | None = None) -> None:
+    def start(self, request: SampleRequest) -> None:
         self._call("start")
         factor = 1 + self.rng.uniform(-self.noise, self.noise) + self.drift * self.device.now
         factor *= 1 + self.device.leftover
@@ -87,19 +95,16 @@ class Side:
         if self.rng.random() < self.spikes:
             factor *= self.spike
         self.device.leftover = 0.0
-        t = calls * self.call_ms * factor
+        t = request.calls * self.call_ms * factor
         self.device.now += t / 1000
-        self.pending = t
+        self.pending = TimedReply(t, True, [request.seed], [[0]] * request.calls)
 
-    def finish(self) -> float:
+    def finish(self) -> TimedReply:
         self._call("finish")
         if self.leave:
             self.device.leftover = self.leave
+        assert self.pending is not None
         return self.pending
-
-    def digests(self) -> list[int]:
-        self._call("digests")
-        return [0]
 
     def fetch(self) -> None:  # an output check's request
         self._call("fetch")
@@ -124,12 +129,12 @@ def _cfg(**kw: float) -> TimingConfig:
 
 
 def _measure(ref: Side, cand: Side, seed: int, **kw: float) -> PairedOutcome:
-    def check(sample: int, digests: list[int]) -> None:
+    def check(sample: int, call: int, digests: list[int]) -> None:
         cand.fetch()
 
-    return measure_paired(
-        ref, cand, _cfg(**kw), check, lambda s, k: 3, clock=ref.device, rng=random.Random(seed)
-    )
+    seeds = itertools.count(1)
+    inputs = SampleInputs(lambda: next(seeds), lambda label, want, got: None)
+    return measure_paired(ref, cand, _cfg(**kw), check, inputs, clock=ref.device, rng=random.Random(seed))
 
 
 def _pair(seed: int, ref_kw: dict | None = None, cand_kw: dict | None = None) -> tuple[Side, Side]:
@@ -151,7 +156,7 @@ def test_the_candidate_is_stopped_exactly_around_each_reference_turn():
             ref_turns += 1
             assert log[i + 1] == "ref.prepare"
         if event == "cand.resume":
-            assert log[i - 1] == "ref.digests"
+            assert log[i - 1] == "ref.finish"
     stopped = False
     for event in log:
         stopped = {"cand.pause": True, "cand.resume": False}.get(event, stopped)
@@ -166,7 +171,7 @@ def test_the_candidate_is_stopped_exactly_around_each_reference_turn():
 def test_a_reference_error_leaves_the_candidate_free_to_run():
     ref, cand = _pair(0)
 
-    def broken(calls: int, first_set: int, lead_us: float | None = None) -> None:
+    def broken(request: SampleRequest) -> None:
         raise RuntimeError("the reference's worker died")
 
     ref.start = broken  # type: ignore[method-assign]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -9,8 +10,11 @@ import pytest
 
 from cudal1.config import TimingConfig
 from cudal1.eval.checks.clock import timing_verdict as _timing_verdict
+from cudal1.eval.checks.compare import Comparison
 from cudal1.eval.timing import stats
-from cudal1.eval.timing.paired import measure_paired
+from cudal1.eval.timing.paired import SampleInputs, SampleRequest, TimedReply, Warmup, measure_paired
+from cudal1.eval.timing_stage import timed_output_failure
+from cudal1.schema import Severity, Stage
 
 
 class FakeClock:
@@ -21,8 +25,14 @@ class FakeClock:
         return self.now
 
 
+def truth(seed: int, call: int) -> int:
+    """The right output of call ``call`` of the sample with input seed ``seed`` (a stand-in value)."""
+    return seed * 100_003 + call
+
+
 class FakeEndpoint:
-    """A worker whose calls take ``call_ms`` of trusted time; it may lie about its own time."""
+    """A worker whose calls take ``call_ms`` of trusted time; it may lie about its own time. Its
+    outputs are stand-in numbers, their digest the number itself; ``fetch`` returns one."""
 
     def __init__(
         self,
@@ -32,19 +42,24 @@ class FakeEndpoint:
         noise: float = 0.0,
         hidden_ms: float = 0.0,
         seed: int = 0,
+        set_bytes: int = 0,
+        out_bytes: int = 0,
     ) -> None:
         self.clock, self.call_ms, self.reported_factor = clock, call_ms, reported_factor
         self.noise, self.hidden_ms = noise, hidden_ms
+        self.set_bytes, self.out_bytes = set_bytes, out_bytes
         self.rng = random.Random(seed)
         self.calls = 0
-        self.pending: tuple[float, list[int]] | None = None
-        self.last_digests: list[int] = []
+        self.pending: TimedReply | None = None
+        self.requests: list[SampleRequest] = []
+        self.outputs: list[int] = []  # the last sample's, per call
         self.leads: list[float | None] = []
+        self.tampered: list[str] = []
 
-    def warmup(self, min_calls: int, min_ms: float) -> tuple[int, float]:
+    def warmup(self, min_calls: int, min_ms: float) -> Warmup:
         n = max(min_calls, int(min_ms / self.call_ms) + 1)
         self.clock.now += n * self.call_ms / 1000
-        return n, n * self.call_ms
+        return Warmup(n, n * self.call_ms, self.set_bytes, self.out_bytes)
 
     def round_trip_ms(self) -> float:
         return 0.0
@@ -54,20 +69,31 @@ class FakeEndpoint:
 
     host_ahead = True
 
-    def start(self, calls: int, first_set: int, lead_us: float | None = None) -> None:
-        self.leads.append(lead_us)
-        t = calls * self.call_ms * (1 + self.rng.uniform(-self.noise, self.noise))
+    def output(self, request: SampleRequest, call: int) -> int:
+        return truth(request.seed, call)
+
+    def reported_digest(self, request: SampleRequest, call: int, output: int) -> int:
+        return output
+
+    def start(self, request: SampleRequest) -> None:
+        self.requests.append(request)
+        self.leads.append(request.lead_us)
+        t = request.calls * self.call_ms * (1 + self.rng.uniform(-self.noise, self.noise))
         self.clock.now += (t + self.hidden_ms) / 1000  # hidden work: the trusted clock sees it
-        self.calls += calls
-        self.pending = (t * self.reported_factor, [first_set + calls - 1])
+        self.calls += request.calls
+        self.outputs = [self.output(request, j) for j in range(request.calls)]
+        digests = [[self.reported_digest(request, j, o)] for j, o in enumerate(self.outputs)]
+        self.pending = TimedReply(
+            t * self.reported_factor, self.host_ahead, [request.seed], digests, list(self.tampered)
+        )
 
-    def finish(self) -> float:
+    def finish(self) -> TimedReply:
         assert self.pending is not None
-        (ms, self.last_digests), self.pending = self.pending, None
-        return ms
+        reply, self.pending = self.pending, None
+        return reply
 
-    def digests(self) -> list[int]:
-        return self.last_digests
+    def fetch(self, call: int) -> int:
+        return self.outputs[call]
 
     def pause(self) -> bool:
         return True
@@ -76,13 +102,44 @@ class FakeEndpoint:
         pass
 
 
-def _refresh(sample: int, calls: int) -> int:
-    return 3
+def _agree(label: str, want: list, got: list) -> None:
+    assert want == got, label
 
 
-def _measure(ref: FakeEndpoint, cand: FakeEndpoint, cfg: TimingConfig, check=lambda *a: None, **kw):
-    """measure_paired on the endpoints' shared fake clock, with three input sets per sample."""
-    return measure_paired(ref, cand, cfg, check, _refresh, clock=ref.clock, **kw)
+class InputSeeds:
+    """The trusted side's input seeds, one per sample, kept for the test to read."""
+
+    def __init__(self) -> None:
+        self.drawn: list[int] = []
+
+    def __call__(self) -> int:
+        self.drawn.append(len(self.drawn) + 1)
+        return self.drawn[-1]
+
+
+def _inputs(seeds: InputSeeds | None = None) -> SampleInputs:
+    return SampleInputs(seeds or InputSeeds(), _agree)
+
+
+def checker(cand: FakeEndpoint, seen: list[tuple[int, int]] | None = None):
+    """The trusted side's check of a fetched output, as the timing stage makes it
+    (``timed_output_failure``): the fetched output's digest against the one reported for that
+    call, its value against the right one for the same call of the same sample."""
+
+    def check(sample: int, call: int, digests: list) -> str | None:
+        if seen is not None:
+            seen.append((sample, call))
+        fetched = cand.fetch(call)
+        right = fetched == truth(cand.requests[-1].seed, call)
+        cmp = Comparison(right, 0.0, 0.0, 1.0, "reference", "" if right else "wrong values")
+        return timed_output_failure(sample, call, digests, [fetched], cmp)
+
+    return check
+
+
+def _measure(ref: FakeEndpoint, cand: FakeEndpoint, cfg: TimingConfig, check=None, **kw):
+    """measure_paired on the endpoints' shared fake clock, every fetched output checked."""
+    return measure_paired(ref, cand, cfg, check or checker(cand), _inputs(), clock=ref.clock, **kw)
 
 
 def _cfg(**kw) -> TimingConfig:
@@ -128,7 +185,7 @@ def test_output_checks_happen_and_a_failure_stops_timing():
     clock = FakeClock()
     seen: list[int] = []
 
-    def check(sample, digests):
+    def check(sample, call, digests):
         seen.append(sample)
         return "wrong" if sample >= 3 else None
 
@@ -150,17 +207,17 @@ def test_final_output_check_always_runs():
         FakeEndpoint(clock, 1.0),
         FakeEndpoint(clock, 1.0),
         _cfg(check_output_fraction=0.0, max_samples=12),
-        check=lambda s, d: seen.append(s),
+        check=lambda s, c, d: seen.append(s),
     )
     assert seen == [0, 10]  # the first sample, then one after all ten (noise-free: precision at ten)
 
 
-def test_checks_and_refreshes_do_not_count_against_the_budget():
+def test_output_checks_do_not_count_against_the_budget():
     """A check that fetches a large output (seconds on the H100 for CUDA-L1's L1_81) must not
     leave the measurement with three samples."""
     clock = FakeClock()
 
-    def slow_check(sample, digests):
+    def slow_check(sample, call, digests):
         clock.now += 10.0
         return None
 
@@ -181,25 +238,51 @@ def test_budget_waits_for_a_minimum_of_samples_within_three_budgets():
     assert out.stop_reason == "budget" and len(out.ref_ms) == 4  # 3 s of 0.8 s pairs: the hard stop
 
 
-def test_every_sample_gets_fresh_inputs_sized_by_k():
+def test_every_sample_makes_fresh_inputs_inside_its_timed_request():
+    """Each sample's seed travels in its one timed request, the same to both sides, a new seed
+    every sample (the final checked pair's included); the sets asked for follow K."""
     clock = FakeClock()
-    asked: list[tuple[int, int]] = []
-
-    def refresh(sample, calls):
-        asked.append((sample, calls))
-        return min(calls, 64)
-
-    out = measure_paired(
-        FakeEndpoint(clock, 0.01),
-        FakeEndpoint(clock, 0.01),
-        _cfg(max_samples=12),
-        lambda *a: None,
-        refresh,
-        clock=clock,
-    )
+    ref, cand = FakeEndpoint(clock, 0.01), FakeEndpoint(clock, 0.01)
+    seeds = InputSeeds()
+    out = measure_paired(ref, cand, _cfg(max_samples=12), checker(cand), _inputs(seeds), clock=clock)
     n = len(out.ref_ms)
-    assert n >= 10 and [a[0] for a in asked] == list(range(n + 1))  # each sample, and the final pair
-    assert {a[1] for a in asked} == {out.calls_per_sample}
+    assert n >= 10 and len(seeds.drawn) == n + 1  # each sample, and the final pair
+    # The reference is timed twice, with the same request, in some samples (paired.REFERENCE_AGAIN).
+    ref_requests = list(dict.fromkeys(ref.requests))
+    assert [r.seed for r in ref_requests] == [r.seed for r in cand.requests] == seeds.drawn
+    assert [r.first_set for r in ref_requests] == [r.first_set for r in cand.requests]
+    assert {r.sets for r in cand.requests} == {min(out.calls_per_sample, 64)}
+
+
+def test_different_inputs_from_the_same_seed_stop_the_timing():
+    """The candidate's reply names inputs other than the reference's: the trusted side's judge
+    raises (``input_generation_tampered`` in the timing stage), and nothing more is timed."""
+
+    class OtherInputs(FakeEndpoint):
+        def start(self, request: SampleRequest) -> None:
+            super().start(request)
+            assert self.pending is not None
+            self.pending = dataclasses.replace(self.pending, input_digest=[request.seed + 1])
+
+    clock = FakeClock()
+    ref, cand = FakeEndpoint(clock, 1.0), OtherInputs(clock, 1.0)
+    with pytest.raises(AssertionError, match="timed0"):
+        _measure(ref, cand, _cfg())
+    assert len(cand.requests) == 1 and {r.seed for r in ref.requests} == {1}  # (the reference may be timed twice)
+
+
+def test_k_is_capped_so_that_k_outputs_fit_beside_the_inputs():
+    """A sample keeps all K outputs: 100 tiny calls of 10 MB outputs beside a 100 MB set would
+    need 1.1 GB; with a 400 MB budget K is 30, and the sets get what the outputs leave."""
+    clock = FakeClock()
+    mb = 2**20
+    ref = FakeEndpoint(clock, 0.01, set_bytes=100 * mb, out_bytes=10 * mb)
+    cand = FakeEndpoint(clock, 0.01)  # the candidate's word on sizes is not taken
+    out = _measure(ref, cand, _cfg(max_samples=12, timing_sets_bytes=400 * mb))
+    assert out.calls_per_sample == 30
+    assert {r.max_bytes for r in cand.requests} == {100 * mb}
+    uncapped = _measure(FakeEndpoint(clock, 0.01, set_bytes=mb, out_bytes=mb), cand, _cfg(max_samples=12))
+    assert uncapped.calls_per_sample == 100
 
 
 def test_forged_worker_times_are_caught_by_the_trusted_clock():
@@ -309,9 +392,10 @@ class SideStreamEndpoint(FakeEndpoint):
     """Work left on another stream: behind a long lead it runs while the GPU spins, where no
     clock sees it; behind the short lead it runs after the timed calls, where the trusted one does."""
 
-    def start(self, calls: int, first_set: int, lead_us: float | None = None) -> None:
-        self.hidden_ms = 0.0 if lead_us is not None and lead_us > 1000 else 1.5 * calls
-        super().start(calls, first_set, lead_us)
+    def start(self, request: SampleRequest) -> None:
+        long_lead = request.lead_us is not None and request.lead_us > 1000
+        self.hidden_ms = 0.0 if long_lead else 1.5 * request.calls
+        super().start(request)
 
 
 def test_hidden_work_that_a_long_lead_hides_is_caught_on_the_short_lead_pairs():
@@ -359,3 +443,139 @@ def test_an_honest_fast_candidate_behind_a_fixed_overhead_is_not_flagged_on_cpu(
     timing, findings = _timing_verdict(out, "cpu", 0.10)
     assert findings == []
     assert abs(timing.speedup - 10.0) < 0.5
+
+
+# -- issue 21: every timed call's output counts, clocks compared in every group -----------------
+
+
+class RightOnTheLastCallOnly(FakeEndpoint):
+    """Skips the work on every call of a sample but the last (the one whose output was fetched
+    before): its outputs are zeros there, honestly digested."""
+
+    def output(self, request: SampleRequest, call: int) -> int:
+        return truth(request.seed, call) if call == request.calls - 1 else 0
+
+
+def test_a_candidate_right_only_on_the_last_call_is_caught_because_the_call_is_drawn():
+    clock = FakeClock()
+    ref, cand = FakeEndpoint(clock, 0.01), RightOnTheLastCallOnly(clock, 0.01)
+    seen: list[tuple[int, int]] = []
+    out = _measure(ref, cand, _cfg(max_samples=40), check=checker(cand, seen), rng=random.Random(3))
+    k = out.calls_per_sample
+    assert k == 100
+    assert out.failures and "timed output wrong" in out.failures[0]
+    assert out.stop_reason == "output_check_failed"
+    assert seen[-1][1] != k - 1  # the old evaluator fetched the last call, which is right
+    _, findings = _timing_verdict(out, "cpu", 0.10)
+    assert "timed_output_mismatch" in [f.code for f in findings]
+
+
+def test_the_fetched_call_is_drawn_anew_for_every_checked_sample():
+    clock = FakeClock()
+    ref, cand = FakeEndpoint(clock, 0.01), FakeEndpoint(clock, 0.01)
+    seen: list[tuple[int, int]] = []
+    cfg = _cfg(min_samples=30, max_samples=30, check_output_fraction=1.0, max_output_checks=30)
+    out = _measure(ref, cand, cfg, check=checker(cand, seen), rng=random.Random(5))
+    calls = [call for _, call in seen]
+    assert not out.failures and len(calls) >= 20
+    assert len(set(calls)) > len(calls) // 2 and all(0 <= c < out.calls_per_sample for c in calls)
+
+
+class LazyOutputs(FakeEndpoint):
+    """Its outputs are right when fetched, but what was digested before the reply was an empty
+    buffer (a lazy value filled when read, after the clock stopped)."""
+
+    def reported_digest(self, request: SampleRequest, call: int, output: int) -> int:
+        return 0
+
+
+class ForgedDigests(FakeEndpoint):
+    """Skips the work but reports the digests a right output would have."""
+
+    def output(self, request: SampleRequest, call: int) -> int:
+        return 0
+
+    def reported_digest(self, request: SampleRequest, call: int, output: int) -> int:
+        return truth(request.seed, call)
+
+
+@pytest.mark.parametrize("kind", [LazyOutputs, ForgedDigests])
+def test_a_reported_digest_that_is_not_the_fetched_outputs_is_caught(kind):
+    clock = FakeClock()
+    ref, cand = FakeEndpoint(clock, 0.01), kind(clock, 0.01)
+    out = _measure(ref, cand, _cfg(max_samples=20), rng=random.Random(1))
+    assert out.failures and "not the one timed" in out.failures[0]
+    _, findings = _timing_verdict(out, "cpu", 0.10)
+    assert [f.code for f in findings] == ["timed_output_mismatch"]
+
+
+def test_a_reply_without_a_digest_for_every_call_fails_the_check():
+    class Fewer(FakeEndpoint):
+        def finish(self) -> TimedReply:
+            reply = super().finish()
+            return dataclasses.replace(reply, digests=reply.digests[-1:])
+
+    clock = FakeClock()
+    out = _measure(FakeEndpoint(clock, 0.01), Fewer(clock, 0.01), _cfg(max_samples=20))
+    assert out.failures == ["sample 0: the reply has the digests of 1 calls, not 100"]
+
+
+class HiddenBehindLongLeads(FakeEndpoint):
+    """Honest behind the short lead; behind a long one, work the events do not see (a stream
+    left unjoined, a forged timer object) that the trusted clock does."""
+
+    def start(self, request: SampleRequest) -> None:
+        long_lead = request.lead_us is not None and request.lead_us > 1000
+        self.hidden_ms = 1.5 * request.calls if long_lead else 0.0
+        super().start(request)
+
+
+def test_hidden_work_on_the_long_lead_samples_only_is_a_clock_disagreement():
+    """The evaluator before issue 21 compared the clocks on the short-lead pairs alone where
+    there were any, and read this candidate at the events' 2x with no finding."""
+    clock = FakeClock()
+    out = _measure(
+        FakeEndpoint(clock, 2.0, noise=0.01, seed=1),
+        HiddenBehindLongLeads(clock, 1.0, noise=0.01, seed=2),
+        _cfg(max_samples=30, launch_samples=12, lead_us=100),
+    )
+    assert out.launch is not None and out.lead_us is not None and out.lead_us > 1000
+    assert out.estimate.median == pytest.approx(2.0, rel=0.05)
+    timing, findings = _timing_verdict(out, "cuda:0", 0.10)
+    (finding,) = findings
+    assert finding.code == "clock_disagreement" and finding.evidence["groups"] == ["wall"]
+    assert timing.clock == "wall" and timing.speedup == pytest.approx(2.0 / 2.5, rel=0.05)
+
+
+def test_honest_candidates_pass_every_group_and_every_check():
+    clock = FakeClock()
+    for call_ms in (0.01, 0.2, 2.0):
+        ref, cand = (
+            FakeEndpoint(clock, 2 * call_ms, noise=0.01, seed=1),
+            FakeEndpoint(clock, call_ms, noise=0.01),
+        )
+        out = _measure(
+            ref, cand, _cfg(max_samples=60, launch_samples=12, lead_us=100, check_output_fraction=0.2)
+        )
+        assert out.launch is not None and out.checked >= 2 and not out.failures and not out.tampered
+        for device in ("cuda:0", "cpu"):
+            timing, findings = _timing_verdict(out, device, 0.10)
+            assert findings == [] and timing.clock == "events"
+            assert timing.speedup == pytest.approx(2.0, rel=0.03)
+
+
+def test_a_worker_that_names_tampered_timing_objects_is_rejected():
+    clock = FakeClock()
+    ref, cand = FakeEndpoint(clock, 1.0), FakeEndpoint(clock, 1.0)
+    cand.tampered = ["torch.cuda.Event.record"]
+    ref.tampered = ["the reference's word is not the candidate's"]
+    out = _measure(ref, cand, _cfg(max_samples=12))
+    assert out.tampered == ["torch.cuda.Event.record"]
+    _, findings = _timing_verdict(out, "cpu", 0.10)
+    (finding,) = findings
+    assert (finding.code, finding.severity, finding.stage) == (
+        "timer_tampered",
+        Severity.REJECT,
+        Stage.INTEGRITY,
+    )
+    assert "torch.cuda.Event.record" in finding.message

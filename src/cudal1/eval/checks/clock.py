@@ -1,8 +1,18 @@
 """The clock comparison: the timing verdict from paired samples, where the trusted clock (the
-evaluator's own wall time) checks the workers' clocks, and ``clock_disagreement`` when the
-candidate's own times are shorter than the trusted clock shows (the trusted clock's speedup then
-counts where it is lower); ``timed_output_mismatch`` when a timed output was wrong or not the one
-fetched. One clock decides, and the timing says which (``Timing.clock``), with both figures kept.
+evaluator's own wall time around each timed request) checks the workers' clocks in every group of
+samples: the long-lead main samples and the short-lead ones, each side against the reference in
+the same group. ``clock_disagreement`` when the candidate's own times are shorter than the
+trusted clock shows in any group (that group's trusted speedup then counts where it is lower);
+``timed_output_mismatch`` when a timed output was wrong or not the one fetched;
+``timer_tampered`` when the candidate's worker reported that objects the timing relies on are no
+longer the trusted side's own (``process.timer_guard``). One clock decides, and the timing says
+which (``Timing.clock``), with both figures kept.
+
+What is not covered: a worker that rewrites the guard itself reports nothing, and the trusted
+clock is then what is left. It sees all of a timed request, but on the long-lead samples work
+that runs beside the spin (on another stream while the lead runs, or in place of a spin the
+worker shortened) costs no wall time of its own: up to the lead's length, only the short-lead
+samples show it.
 """
 
 from __future__ import annotations
@@ -30,27 +40,46 @@ def _net_wall_estimate(probe: PairedOutcome, ref_gap: float) -> stats.RatioEstim
     )
 
 
+def _groups(out: PairedOutcome) -> list[tuple[TimingClock, PairedOutcome, stats.RatioEstimate]]:
+    """The groups of samples the clocks are compared in, each with its trusted clock's name and
+    its events' figure: the main samples, and the short-lead pairs where there are any."""
+    groups: list[tuple[TimingClock, PairedOutcome, stats.RatioEstimate]] = [("wall", out, out.estimate)]
+    if out.launch is not None and out.launch.ref_ms:
+        groups.append(("launch_wall", out.launch, out.launch.estimate))
+    return groups
+
+
 def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tuple[Timing, list[Finding]]:
     """The timing and its findings. The events decide, unless the trusted clock shows work they
-    did not see: then a ``clock_disagreement`` finding, and the trusted clock's figure counts
-    where it is lower. ``Timing.clock`` says which decided; both figures are kept in the timing
-    and named in the finding, so a fallback never lowers a speedup without saying why."""
+    did not see in a group of samples: then a ``clock_disagreement`` finding, and that group's
+    trusted figure counts where it is lower (the lowest such, where several groups disagree).
+    ``Timing.clock`` says which decided; both figures are kept in the timing and named in the
+    finding, so a fallback never lowers a speedup without saying why."""
     findings: list[Finding] = []
     events = out.estimate
-    # The clocks are compared on the short-lead pairs where there are any: behind a long lead (the
-    # launches queued ahead), work left on another stream runs while the GPU spins, before either
-    # clock starts (audit/cases/side_stream_unjoined.py read ~100x behind a 25 ms lead).
-    short = out.launch is not None and bool(out.launch.ref_ms)
-    probe = out.launch if short and out.launch is not None else out
-    wall_clock: TimingClock = "launch_wall" if short else "wall"
     est = events
     clock: TimingClock = "events"
-    check = _compare_clocks(probe, out.calls_per_sample, events, device, disagreement)
-    if check is not None:
+    # Every group is compared: behind a long lead work left on another stream can run while the
+    # GPU spins (audit/cases/side_stream_unjoined.py read ~100x behind a 25 ms lead), and a
+    # candidate can tell a long lead from a short one and hide work behind either (issue 21:
+    # honest on short leads only, 1.6x and 2.2x verified when only the short ones were compared).
+    flagged: list[tuple[TimingClock, PairedOutcome, dict[str, Any]]] = []
+    for name, group, group_events in _groups(out):
+        evidence = _compare_clocks(group, out.calls_per_sample, group_events, device, disagreement)
+        if evidence is None:
+            continue
+        flagged.append((name, group, evidence))
         # Only a lower trusted figure replaces the events': hidden work makes the candidate slower.
-        if probe.wall_estimate.median < events.median:
-            est, clock = probe.wall_estimate, wall_clock
-        findings.append(_disagreement_finding(check, events, probe.wall_estimate, clock, wall_clock))
+        if group.wall_estimate.median < est.median:
+            est, clock = group.wall_estimate, name
+    # The trusted figure the timing keeps: the one that decided, else the first group that
+    # disagreed, else the short-lead pairs' where there are any (the host's launches inside).
+    wall_clock, wall = _groups(out)[-1][0], _groups(out)[-1][1].wall_estimate
+    if flagged:
+        name, group, evidence = next((f for f in flagged if f[0] == clock), flagged[0])
+        wall_clock, wall = name, group.wall_estimate
+        evidence = {**evidence, "groups": [n for n, _, _ in flagged]}
+        findings.append(_disagreement_finding(evidence, events, wall, clock, wall_clock))
     assert out.stop_reason is not None  # measure_paired returns only once its stop rule says why
     timing = Timing(
         device=device,
@@ -62,7 +91,7 @@ def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tupl
         speedup=est.median,
         ci_low=est.ci_low,
         ci_high=est.ci_high,
-        wall_speedup=probe.wall_estimate.median,
+        wall_speedup=wall.median,
         stop_reason=out.stop_reason,
         launch_speedup=out.launch_estimate.median if out.launch_estimate else None,
         host_behind=out.host_behind,
@@ -81,7 +110,22 @@ def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tupl
                 {"checked": out.checked},
             )
         )
+    if out.tampered:
+        findings.append(timer_tampered(out.tampered))
     return timing, findings
+
+
+def timer_tampered(names: list[str]) -> Finding:
+    """``timer_tampered``: the candidate's worker says the timing's objects (event class, clocks,
+    synchronisations, the spin, its own handlers) are no longer the ones it started with."""
+    return Finding(
+        "timer_tampered",
+        Severity.REJECT,
+        Stage.INTEGRITY,
+        "objects the timing relies on were replaced or wrapped in the candidate's process: "
+        + ", ".join(names),
+        {"tampered": list(names)},
+    )
 
 
 def _compare_clocks(

@@ -32,11 +32,10 @@ class Command(StrEnum):
     SHIFT_INPUTS = "shift_inputs"
     COMPARE = "compare"
     SET_TIMING_INPUTS = "set_timing_inputs"
-    REFRESH_INPUTS = "refresh_inputs"
     WARMUP = "warmup"
     PREPARE = "prepare"
     TIME = "time"
-    FETCH_LAST = "fetch_last"
+    FETCH_OUTPUT = "fetch_output"
     WORK = "work"
     PREWARM = "prewarm"
     PEAKS = "peaks"
@@ -76,11 +75,12 @@ _SPEC: dict[Command, tuple[frozenset[Role], Stage]] = {
     Command.SHIFT_INPUTS: (_BOTH, Stage.CORRECTNESS),
     Command.COMPARE: (_REF, Stage.CORRECTNESS),
     Command.SET_TIMING_INPUTS: (_BOTH, Stage.TIMING),
-    Command.REFRESH_INPUTS: (_BOTH, Stage.TIMING),
     Command.WARMUP: (_BOTH, Stage.TIMING),
     Command.PREPARE: (_BOTH, Stage.TIMING),
+    # One timed sample: its inputs made inside the request, K calls, every output digested, one reply.
     Command.TIME: (_BOTH, Stage.TIMING),
-    Command.FETCH_LAST: (_CAND, Stage.TIMING),
+    # One call's outputs of the last timed sample, the call drawn after its reply.
+    Command.FETCH_OUTPUT: (_CAND, Stage.TIMING),
     Command.WORK: (_REF, Stage.TIMING),
     Command.PREWARM: (_REF, Stage.LOAD),
     Command.PEAKS: (_REF, Stage.TIMING),

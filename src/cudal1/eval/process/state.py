@@ -26,7 +26,7 @@ CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06  # cuda.h, CUlimit
 _LIBCUDA: list[Any] = []
 
 
-def _libcuda() -> Any:
+def libcuda() -> Any:
     """The CUDA driver this process uses, or None (no GPU, no driver)."""
     if not _LIBCUDA:
         try:
@@ -40,7 +40,7 @@ def persisting_l2_limit() -> int:
     """The context's persisting-L2 carve-out in bytes (0 unless someone set it). Lines marked
     persisting through an access-policy window survive the evaluator's L2 flush only while it is
     nonzero, so a candidate that keeps its weights in L2 between samples leaves it set."""
-    lib = _libcuda() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    lib = libcuda() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
     if lib is None:
         return 0
     value = ctypes.c_size_t(0)
@@ -54,7 +54,7 @@ def persisting_l2_limit() -> int:
 
 def reset_persisting_l2() -> None:
     """Return lines marked persisting to normal (before a sample's flush), where there is a GPU."""
-    lib = _libcuda() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    lib = libcuda() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
     if lib is not None:
         with contextlib.suppress(AttributeError):
             lib.cuCtxResetPersistingL2Cache()

@@ -5,7 +5,9 @@ code chosen by the sender. Messages here are a JSON header plus raw tensor bytes
 only dicts, lists, numbers, strings and plain CPU tensors.
 
 Also here: ``digest``, an exact, order-independent checksum of tensor bits that a worker reports
-inside the timed window and the evaluator recomputes from fetched outputs (see ``timing``).
+inside the timed window and the evaluator recomputes from fetched outputs (see ``timing``), and
+``DigestBatch``, the same checksums of a whole timed sample computed on the device in a few
+batched kernels and read back at once.
 """
 
 from __future__ import annotations
@@ -159,15 +161,80 @@ _INT_BY_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 def digest(t: torch.Tensor) -> int:
     """Wrapping int64 sum of the tensor's element bit patterns: exact and order-independent,
     so a GPU computes the same value as the CPU does from a fetched copy."""
+    bits = _bits(t)
+    return int(bits.to(torch.int64).sum().item()) if bits.numel() else 0
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's elements as a flat tensor of same-sized integers (their bit patterns)."""
     plain = t.detach().contiguous().reshape(-1)
-    if plain.numel() == 0:
-        return 0
     if plain.dtype.is_complex:
         plain = torch.view_as_real(plain).reshape(-1)
     if plain.dtype is torch.bool:
         plain = plain.view(torch.uint8)
-    bits = plain.view(_INT_BY_SIZE[plain.element_size()]).to(torch.int64)
-    return int(bits.sum().item())
+    return plain.view(_INT_BY_SIZE[plain.element_size()])
+
+
+# Same-shaped outputs are stacked and summed in one kernel per chunk of at most this many bytes:
+# a sample of K = 2000 tiny calls digested one tensor at a time queued thousands of kernels (and
+# the stacked copy stays a small share of the memory the K outputs already hold).
+_STACK_BYTES = 16 * 2**20
+
+
+class DigestBatch:
+    """``digest`` of many tensors (a timed sample's input sets, then every call's outputs),
+    computed where they are in a few batched kernels and read back in one transfer per device.
+
+    ``add`` takes one group (a set's inputs, a call's outputs: tensors and other leaves, None
+    for the others); ``queue`` launches the sums of what was added so far without waiting for
+    them (inputs are summed before the calls that might overwrite them); ``read`` waits once and
+    returns each group's digests, in the order added. The tensors are read as plain tensors with
+    ``__torch_function__`` overrides disabled, so a subclass's Python code does not run here."""
+
+    def __init__(self) -> None:
+        self._groups: list[list[int | None]] = []
+        self._pending: list[tuple[tuple[int, int], torch.Tensor]] = []  # (group, leaf), bits
+        self._sums: list[tuple[list[tuple[int, int]], torch.Tensor]] = []
+
+    def add(self, leaves: list[Any]) -> None:
+        g = len(self._groups)
+        self._groups.append([0 if isinstance(x, torch.Tensor) else None for x in leaves])
+        with torch._C.DisableTorchFunctionSubclass():
+            for i, x in enumerate(leaves):
+                if not isinstance(x, torch.Tensor) or not x.numel():
+                    continue
+                if x.is_contiguous():
+                    self._pending.append(((g, i), _bits(x)))
+                else:  # its bits are a copy: summed now, so that K copies are never held at once
+                    self._sums.append(([(g, i)], _bits(x).sum(dtype=torch.int64).reshape(1)))
+
+    def queue(self) -> None:
+        buckets: dict[tuple[torch.device, torch.dtype, int], list[tuple[tuple[int, int], torch.Tensor]]] = {}
+        for where, bits in self._pending:
+            buckets.setdefault((bits.device, bits.dtype, bits.numel()), []).append((where, bits))
+        self._pending = []
+        with torch._C.DisableTorchFunctionSubclass():
+            for (_, _, numel), members in buckets.items():
+                per_chunk = max(1, _STACK_BYTES // (numel * members[0][1].element_size()))
+                for i in range(0, len(members), per_chunk):
+                    chunk = members[i : i + per_chunk]
+                    if len(chunk) == 1:
+                        sums = chunk[0][1].sum(dtype=torch.int64).reshape(1)
+                    else:
+                        sums = torch.stack([b for _, b in chunk]).sum(dim=1, dtype=torch.int64)
+                    self._sums.append(([w for w, _ in chunk], sums))
+
+    def read(self) -> list[list[int | None]]:
+        self.queue()
+        by_device: dict[torch.device, list[tuple[list[tuple[int, int]], torch.Tensor]]] = {}
+        for where, sums in self._sums:
+            by_device.setdefault(sums.device, []).append((where, sums))
+        for parts in by_device.values():
+            values = torch.cat([s for _, s in parts]).tolist()  # the one wait on this device
+            for (g, i), value in zip((w for ws, _ in parts for w in ws), values, strict=True):
+                self._groups[g][i] = int(value)
+        self._sums = []
+        return self._groups
 
 
 def flatten_outputs(out: Any) -> list[Any]:

@@ -8,8 +8,12 @@ extends ``WorkerServer`` with the commands only the trusted side may run.
 
 Nothing a candidate worker says is trusted by the evaluator: the candidate can rewrite any of
 this module once its code is imported. The evaluator compares the outputs in the reference's
-process, keeps its own clock, and checks the digests reported inside the timed window against
-fetched outputs.
+process, keeps its own clock around each timed request, and checks the digests reported in it
+against fetched outputs: one ``time`` request makes the sample's timed inputs, runs the K timed
+calls and digests every call's outputs before it replies, so the inputs of timed calls exist only
+inside the trusted clock, and whatever work an output still needs (a lazy value, a side stream)
+is done before the clock stops. Which call's output is fetched (``fetch_output``) is drawn only
+after the reply.
 """
 
 from __future__ import annotations
@@ -31,10 +35,10 @@ from typing import Any
 
 import torch
 
-from cudal1.eval.process import probe_values, state
+from cudal1.eval.process import lead, probe_values, state, timer_guard
 from cudal1.eval.process.protocol import Command, Role
 from cudal1.eval.process.threadwatch import ThreadWatch
-from cudal1.eval.process.wire import decode, digest, encode, flatten_outputs
+from cudal1.eval.process.wire import DigestBatch, decode, digest, encode, flatten_outputs
 from cudal1.schema import Task
 from cudal1.tasks.source import import_task_module
 
@@ -66,12 +70,13 @@ class WorkerServer:
         self.state0: dict[str, Any] = {}
         self.device = torch.device("cpu")
         self.warm_sets: list[list[Any]] = []  # fixed: warm-up and the untimed call before a sample
-        self.timing_sets: list[list[Any]] = []  # fresh before every sample (refresh_inputs)
-        self.last_output: Any = None
-        self.last_inputs: list[Any] = []  # of the last timed call
+        # The last timed sample: its input sets (made inside its ``time`` request), the set its
+        # first call ran on, and every call's output, kept until the next sample.
+        self.timed_sets: list[list[Any]] = []
+        self.timed_start = 0
+        self.timed_outputs: list[Any] = []
         self.flush_buffer: torch.Tensor | None = None
-        self.lead_cycles = 0  # the default lead (lead_us of set_timing_inputs), in spin cycles
-        self.cycles_per_us = 0.0
+        self.lead_us = 0.0  # the default lead (set_timing_inputs)
         self.slots: dict[str, Any] = {}  # probe models beside the main one
 
     def handlers(self) -> dict[Command, Handler]:
@@ -83,7 +88,6 @@ class WorkerServer:
             Command.PERTURB: self.perturb,
             Command.SHIFT_INPUTS: self.shift_inputs,
             Command.SET_TIMING_INPUTS: self.set_timing_inputs,
-            Command.REFRESH_INPUTS: self.refresh_inputs,
             Command.WARMUP: self.warmup,
             Command.PREPARE: self.prepare,
             Command.TIME: self.time,
@@ -111,6 +115,7 @@ class WorkerServer:
             # snapshot taken before CUDA started would report as the candidate's doing.
             torch.cuda.set_device(device)
             torch.cuda.synchronize(device)
+            lead.prepare(torch.device(device))  # before the candidate: see lead.prepare
         # Before any candidate code runs here: the state a candidate must leave as it found it.
         self.state0 = state.global_state()
         return {}
@@ -118,7 +123,7 @@ class WorkerServer:
     def make_inputs(self, seed: int, key: str, sizes: dict[str, int] | None = None) -> dict[str, Any]:
         """Inputs from the task's own get_inputs under ``seed``, kept on the device under ``key``.
         Both workers make them, so that large inputs never travel between processes, and on the
-        device, as the timed sets are (``refresh_inputs``): on the H100 a CPU-made set of 500 MB
+        device, as the timed sets are (``time``): on the H100 a CPU-made set of 500 MB
         (CUDA-L1 L1_43) took 3 s a side, 15 s of an evaluation's checks. ``sizes`` rebinds the
         task's module-level size constants for this one call (alternative shapes)."""
         torch.manual_seed(seed)
@@ -201,19 +206,20 @@ class WorkerServer:
         block. Without this the long-lived reference worker timed differently from a fresh
         candidate worker running the very same code (A-vs-A bias of up to 30% on the H200)."""
         self.before_timing(keys)
-        self.warm_sets, self.timing_sets, self.flush_buffer, self.last_output = [], [], None, None
+        self.warm_sets, self.flush_buffer = [], None
+        self.timed_sets, self.timed_outputs = [], []
         release(self.device)
         for key in keys:
             self.inputs[key] = [x.clone() if isinstance(x, torch.Tensor) else x for x in self.inputs[key]]
         release(self.device)
-        self.warm_sets = self.timing_sets = [self.inputs[k] for k in keys]
+        self.warm_sets = [self.inputs[k] for k in keys]
         if flush_bytes > 0:
             if self.device.type != "cuda":
                 flush_bytes = min(flush_bytes, 2 * last_level_cache_bytes())
             self.flush_buffer = torch.empty(flush_bytes // 4, dtype=torch.int32, device=self.device)
-        self.cycles_per_us = _spin_cycles(self.device, 1000.0) / 1000.0 if self.device.type == "cuda" else 0.0
-        self.lead_cycles = int(self.cycles_per_us * lead_us)
-        return {"lead_cycles": self.lead_cycles}
+        self.lead_us = lead_us
+        lead.prepare(self.device)  # outside every clock; done already where the task loaded on it
+        return {"lead": lead.kind(), "lead_reason": lead.reason()}
 
     def before_timing(self, keys: list[str]) -> None:
         pass
@@ -222,36 +228,40 @@ class WorkerServer:
         """Where a task's get_inputs makes its tensors: the GPU's random numbers on a GPU."""
         return torch.device(self.device) if self.device.type == "cuda" else nullcontext()
 
-    def refresh_inputs(self, seed: int, count: int, max_bytes: int) -> dict[str, Any]:
-        """Fresh timed input sets from the task's get_inputs under ``seed``, made on the device
-        (GPU random numbers: milliseconds, not the seconds a CPU-made set of hundreds of MB takes)
-        at new addresses (the old sets are freed only after). ``count`` sets, fewer when they would
-        exceed ``max_bytes``; both workers make the same ones, which their digests show."""
+    def _make_timed_sets(self, seed: int, count: int, max_bytes: int) -> list[list[Any]]:
+        """A sample's fresh timed input sets from the task's get_inputs under ``seed``, made on
+        the device (GPU random numbers: milliseconds, not the seconds a CPU-made set of hundreds
+        of MB takes) at new addresses (the caller frees the last sample's only after). ``count``
+        sets, fewer when they would exceed ``max_bytes`` (at least one); both workers make the
+        same ones, which their digests show."""
         torch.manual_seed(seed)
         fresh: list[list[Any]] = []
         with self._on_device():
             while len(fresh) < max(count, 1):
                 fresh.append([to_device(x, self.device) for x in self.module.get_inputs()])
                 if len(fresh) == 1:
-                    size = sum(x.nbytes for x in fresh[0] if isinstance(x, torch.Tensor))
-                    count = min(count, max(1, max_bytes // max(size, 1)))
-        self.timing_sets = fresh
-        return {
-            "count": len(fresh),
-            "digest": [digest(x) if isinstance(x, torch.Tensor) else None for s in fresh for x in s],
-        }
+                    count = min(count, max(1, max_bytes // max(tensor_bytes(fresh[0]), 1)))
+        return fresh
 
     def warmup(self, min_calls: int, min_ms: float) -> dict[str, Any]:
-        calls, start = 0, time.perf_counter()
+        """Calls on the warm-up sets by count and by time. The reply also gives the bytes of one
+        input set and of one call's outputs: the trusted side sizes K so that a sample's K kept
+        outputs fit beside its inputs."""
+        calls, start, out = 0, time.perf_counter(), None
         with torch.no_grad():
             while True:
-                self.last_output = self.model(*self.warm_sets[calls % len(self.warm_sets)])
+                out = self.model(*self.warm_sets[calls % len(self.warm_sets)])
                 calls += 1
                 if calls >= min_calls:
                     sync(self.device)
                     if (time.perf_counter() - start) * 1000 >= min_ms or calls >= 100_000:
                         break
-        return {"calls": calls, "ms": (time.perf_counter() - start) * 1000}
+        return {
+            "calls": calls,
+            "ms": (time.perf_counter() - start) * 1000,
+            "set_bytes": tensor_bytes(self.warm_sets[0]),
+            "out_bytes": tensor_bytes(flatten_outputs(out)),
+        }
 
     def prepare(self) -> dict[str, Any]:
         """Right before a sample, outside every clock."""
@@ -271,42 +281,86 @@ class WorkerServer:
         sync(self.device)
         return {}
 
-    def time(self, calls: int, start: int, lead_us: float | None = None) -> dict[str, Any]:
-        """K calls back to back. On a GPU, behind a spin of ``lead_us`` (default: the one set with
-        the inputs) long enough that the host queues all K calls before the GPU reaches them: the
-        events then time the GPU's work alone. ``ahead`` says whether the host made it (the spin
-        was still running when the last call was queued); if not, its launch time leaked in."""
-        sets, n = self.timing_sets, len(self.timing_sets)
-        out, ahead = None, True
-        cycles = self.lead_cycles if lead_us is None else int(self.cycles_per_us * lead_us)
+    def time(
+        self,
+        calls: int,
+        seed: int,
+        sets: int,
+        max_bytes: int,
+        start: int = 0,
+        lead_us: float | None = None,
+    ) -> dict[str, Any]:
+        """One timed sample, answered with one reply, on which the trusted clock stops. The
+        sample's fresh input sets are made here from ``seed`` (``sets`` of them, fewer where they
+        would exceed ``max_bytes``), so no request outside this one sees them; then the K =
+        ``calls`` calls (``_timed_calls``), call j on set (``start`` + j) mod the sets made, every
+        output kept; then the digests of the sets and of every call's outputs, summed on the
+        device in one batch and read with one wait (``wire.DigestBatch``). The reply: ``ms`` (this
+        worker's own time of the K calls), ``ahead``, ``input_digest`` (each tensor of each set),
+        ``digests`` (per call, per output) and ``tampered``, the timing's objects that are no
+        longer the trusted side's own (``timer_guard``)."""
+        self.timed_outputs = []  # the last sample's outputs go now, its inputs once the new ones exist
+        self.timed_sets, self.timed_start = self._make_timed_sets(seed, sets, max_bytes), start
+        batch = DigestBatch()
+        for inputs in self.timed_sets:
+            batch.add(inputs)
+        batch.queue()  # ahead of the calls: one that writes into its inputs does not change these
+        ms, ahead = self._timed_calls(calls, lead_us)
+        for out in self.timed_outputs:
+            batch.add(flatten_outputs(out))
+        found = batch.read()
+        n = len(self.timed_sets)
+        return {
+            "ms": ms,
+            "ahead": ahead,
+            "input_digest": [d for inputs in found[:n] for d in inputs],
+            "digests": found[n:],
+            "tampered": timer_guard.tampered(),
+        }
+
+    def _timed_calls(self, calls: int, lead_us: float | None) -> tuple[float, bool]:
+        """K calls back to back on the sample's sets, their outputs kept in ``timed_outputs``. On
+        a GPU, behind a spin of ``lead_us`` (default: the one set with the inputs) long enough
+        that the host queues all K calls before the GPU reaches them: the events then time the
+        GPU's work alone. ``ahead`` says whether the host made it (the spin was still running
+        when the last call was queued); if not, its launch time leaked in."""
+        sets, n, first, outs = self.timed_sets, len(self.timed_sets), self.timed_start, self.timed_outputs
+        ahead = True
+        spin_us = self.lead_us if lead_us is None else lead_us
         gc.disable()  # no collector pauses inside the timed window (for either side)
-        with torch.no_grad():
-            if self.device.type == "cuda":
-                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                # The L2 flush and a short spin are queued ahead of the begin event, so the GPU is
-                # busy when the clock starts and the first call's host-side launch latency (which
-                # differs between two processes running the same code) is not on the clock. The
-                # spin hides at most lead_us of host time per sample; the trusted wall clock sees all.
-                state.reset_persisting_l2()  # lines kept in L2 on purpose get flushed too
-                if self.flush_buffer is not None:
-                    self.flush_buffer.zero_()
-                if cycles:
-                    torch.cuda._sleep(cycles)
-                begin.record()
-                for j in range(calls):
-                    out = self.model(*sets[(start + j) % n])
-                end.record()
-                ahead = not begin.query()
-                torch.cuda.synchronize()  # device-wide: work on any stream finishes before we reply
-                ms = begin.elapsed_time(end)
-            else:
-                t0 = time.perf_counter()
-                for j in range(calls):
-                    out = self.model(*sets[(start + j) % n])
-                ms = (time.perf_counter() - t0) * 1000
-        gc.enable()
-        self.last_output, self.last_inputs = out, sets[(start + calls - 1) % n]
-        return {"ms": ms, "ahead": ahead}  # the digest follows once the trusted clock has stopped (serve)
+        try:
+            with torch.no_grad():
+                if self.device.type == "cuda":
+                    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    # The L2 flush and a short spin are queued ahead of the begin event, so the GPU
+                    # is busy when the clock starts and the first call's host-side launch latency
+                    # (which differs between two processes running the same code) is not on the
+                    # clock. The spin hides at most lead_us of host time per sample; the trusted
+                    # wall clock sees all.
+                    state.reset_persisting_l2()  # lines kept in L2 on purpose get flushed too
+                    if self.flush_buffer is not None:
+                        self.flush_buffer.zero_()
+                    if spin_us:
+                        lead.spin(spin_us)  # every SM: nothing of another stream runs hidden under it
+                    begin.record()
+                    for j in range(calls):
+                        outs.append(self.model(*sets[(first + j) % n]))
+                    end.record()
+                    ahead = not begin.query()
+                    torch.cuda.synchronize()  # device-wide: work on any stream finishes before we reply
+                    ms = begin.elapsed_time(end)
+                else:
+                    t0 = time.perf_counter()
+                    for j in range(calls):
+                        outs.append(self.model(*sets[(first + j) % n]))
+                    ms = (time.perf_counter() - t0) * 1000
+        finally:
+            gc.enable()
+        return ms, ahead
+
+    def timed_inputs(self, index: int) -> list[Any]:
+        """The input set call ``index`` of the last timed sample ran on."""
+        return self.timed_sets[(self.timed_start + index) % len(self.timed_sets)]
 
     def forget(self, keys: list[str], slots: list[str] | None = None) -> dict[str, Any]:
         for key in keys:
@@ -332,7 +386,7 @@ class CandidateServer(WorkerServer):
             Command.LOAD_CANDIDATE: self.load_candidate,
             Command.FIRST_CALLS: self.first_calls,
             Command.RUN: self.run,
-            Command.FETCH_LAST: lambda: {"outputs": describe(self.last_output)},
+            Command.FETCH_OUTPUT: self.fetch_output,
         }
 
     def load_candidate(self, source: str, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -371,6 +425,11 @@ class CandidateServer(WorkerServer):
                 self.model(*inputs)
                 sync(self.device)
         return {}
+
+    def fetch_output(self, index: int) -> dict[str, Any]:
+        """The outputs of call ``index`` of the last timed sample, which the trusted side digests
+        and compares; it draws ``index`` only after the sample's reply gave every call's digests."""
+        return {"outputs": describe(self.timed_outputs[index])}
 
     def run(
         self, key: str, slot: str = "main", poison: list[int] | None = None, fresh: bool = True
@@ -420,6 +479,11 @@ def to_device(x: Any, device: torch.device) -> Any:
     return x.to(device) if isinstance(x, torch.Tensor) else x
 
 
+def tensor_bytes(values: list[Any]) -> int:
+    """Bytes of the tensors among ``values`` (an input set, a call's flattened outputs)."""
+    return sum(x.nbytes for x in values if isinstance(x, torch.Tensor))
+
+
 @contextmanager
 def _module_constants(module: Any, values: dict[str, int]) -> Iterator[None]:
     """Rebind a task module's top-level constants for the duration of one call."""
@@ -438,21 +502,6 @@ def release(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
-
-
-def _spin_cycles(device: torch.device, lead_us: float) -> int:
-    """GPU clock cycles that ``torch.cuda._sleep`` spins for about ``lead_us`` microseconds here."""
-    if device.type != "cuda":
-        return 0
-    probe = 1_000_000
-    torch.cuda._sleep(probe)  # warm the spin kernel and the clock
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    torch.cuda._sleep(probe)
-    end.record()
-    torch.cuda.synchronize()
-    per_us = probe / max(begin.elapsed_time(end) * 1000, 1e-3)
-    return max(1, int(per_us * lead_us))
 
 
 def last_level_cache_bytes(cpu: int = 0, default: int = 32 * 2**20) -> int:
@@ -489,6 +538,7 @@ def serve(conn: Connection, server: WorkerServer) -> None:
     """Answer commands until ``exit`` or a closed socket. A command this role does not take, or
     an unknown one, is answered with an error like any other failure."""
     handlers = server.handlers()
+    timer_guard.snapshot(server, handlers)  # before any command: before any candidate code
     while True:
         try:
             request = decode(conn.recv_bytes())
@@ -506,10 +556,6 @@ def serve(conn: Connection, server: WorkerServer) -> None:
         except BaseException as exc:  # report everything; the evaluator decides what it means
             reply = failure_reply(exc)
         conn.send_bytes(encode(reply))
-        if name == Command.TIME and reply["ok"]:
-            # Second message: hashing a large output is not the candidate's time (the evaluator's
-            # clock stopped on the first), and it is the same work for both sides.
-            conn.send_bytes(encode({"ok": True, "digest": digests(server.last_output)}))
 
 
 def failure_reply(exc: BaseException) -> dict[str, Any]:

@@ -1,16 +1,21 @@
 """Paired, interleaved timing of a reference and a candidate, with a clock the candidate cannot touch.
 
-One sample = fresh timed inputs for both sides (new values from a new secret seed, at new
-addresses: an output computed earlier, or cached under any key, is wrong for them), then for each
-side, in random order: ``prepare`` (one untimed call on the warm-up inputs and a device sync,
-outside the clock), an L2 flush and a short GPU spin queued ahead of the begin event, then K
-back-to-back calls timed twice: by the worker (CUDA events, or its own clock on CPU) and by the
-evaluator's clock around the request, minus the measured round trip. The worker replies only
-after a device-wide synchronize, so work finished late or left on a side stream lands inside the
-trusted wall time; the digest of its last output follows in a second message, after the trusted
-clock has stopped (hashing a large output took milliseconds that one side paid more than the
-other: CUDA-L1 record L1_81 read 0.73x for an event ratio of 1.5x), and an output computed only
-when fetched later cannot match it.
+One sample = for each side, in random order: ``prepare`` (one untimed call on the fixed warm-up
+sets and a device sync, outside the clock), then one ``time`` request, which the evaluator's own
+clock times from send to reply, less the measured round trip. Inside that request the worker
+makes the sample's fresh timed inputs from the sample's secret seed (new values at new addresses,
+the same sets on both sides, which the input digests in the replies show: an output computed
+earlier, or cached under any key, is wrong for them, and no request outside the clock ever sees
+them), queues an L2 flush and a GPU spin ahead of the begin event, runs K back-to-back calls
+keeping every output, records the end event, synchronises the whole device (work finished late
+or left on a side stream lands inside the trusted clock), digests every call's outputs on the
+device in one batch, and replies once with the worker's own time and all K digests. Whatever an
+output still needs when it is read (a lazy value, a hook, a stream still running) is then paid
+inside the trusted clock. After both replies the evaluator draws one call j at random and, on the
+samples it checks (the first, a few at random, one more after the last), fetches the candidate's
+output of call j: its digest must be the one reported for call j, and it is compared in the
+reference's worker with the reference's output of call j of the same sample
+(``timed_output_mismatch`` otherwise).
 
 What the speedup means: the median over paired samples of the reference's time per call over
 the candidate's, each the steady-state time of K back-to-back calls on the worker's clock (CUDA
@@ -22,9 +27,12 @@ the same code launch at speeds up to 5% apart, for as long as they live (H100, A
 launch-bound tasks: 0.97-1.05 between fresh processes on one CPU), so a launch-bound ratio with
 the host inside it is not reproducible to the precision goal. Beside it: ``launch_speedup`` from
 a few pairs with only the short lead (the host's launch time inside, where the GPU waits for
-it), and the trusted wall clock's ratio ``wall_speedup`` (the lead and the synchronisation
-inside, for hidden-work checks). A worker reports when its host fell behind the spin; the lead
-then doubles, and the count is kept (``host_behind``).
+it), and the trusted wall clock's ratio ``wall_speedup`` (the input making, the lead, the
+synchronisation and the digests inside). The trusted clock is compared with the workers' in each
+group of samples, the long-lead main ones and the short-lead ones (``checks.clock``). A worker
+reports when its host fell behind the spin; the lead then doubles, and the count is kept
+(``host_behind``). K is capped so that a sample's K kept outputs fit beside its input sets in
+``timing_sets_bytes`` (the reference's sizes from its warm-up).
 
 The reference is timed undisturbed: from the start of its turn (its ``prepare``) until the
 candidate's next request, the candidate's worker stands still (``Endpoint.pause``: SIGSTOP of its
@@ -36,7 +44,11 @@ timed once more at once, the candidate still stopped (``ref_again_ms``): ``check
 compares the two kinds of the reference's own times (``reference_disturbed``).
 
 What is not covered: with calls under ~15 us, K exceeds the 64 fresh sets a sample gets, so a
-set repeats within a sample and a cache keyed on its address or values hits for the repeats.
+set repeats within a sample and a cache keyed on its address or values hits for the repeats. One
+call is compared per checked sample, on a few samples: a candidate that skips the work on a
+fraction f of its calls is caught on each checked sample with chance f only (almost surely where
+it is right on few of them, such as the last call alone), and the digests of the calls not
+fetched are its own word.
 
 The clock and the endpoints are parameters, so this logic is tested on CPU with fakes.
 """
@@ -56,18 +68,47 @@ from cudal1.eval.timing import stats
 from cudal1.schema import TimingStopReason
 
 
+@dataclass(frozen=True)
+class Warmup:
+    """A side's warm-up: its calls and their time, and the sizes a sample's memory is planned by."""
+
+    calls: int
+    ms: float
+    set_bytes: int = 0  # the tensors of one input set
+    out_bytes: int = 0  # the tensors of one call's outputs
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """One timed sample as a side is asked for it: the same request for both sides."""
+
+    calls: int  # K
+    seed: int  # the sample's timed input sets are made from it, inside the timed request
+    sets: int  # how many (fewer where they would exceed ``max_bytes``, at least one)
+    max_bytes: int  # the sets' share of ``timing_sets_bytes``: K outputs are kept beside them
+    first_set: int  # call j runs on set (first_set + j) mod the sets made
+    lead_us: float | None  # the spin ahead of the begin event (None: the worker's default)
+
+
+@dataclass(frozen=True)
+class TimedReply:
+    """A side's one reply to a timed sample; the trusted clock stopped on it."""
+
+    ms: float  # the worker's own time of the K calls (CUDA events, or its clock on a CPU)
+    ahead: bool = True  # its host queued all K calls before the GPU reached them
+    input_digest: list[Any] = field(default_factory=list)  # every tensor of the sets it made
+    digests: list[list[Any]] = field(default_factory=list)  # per call, its outputs', before replying
+    tampered: list[str] = field(default_factory=list)  # timing objects not the trusted side's own
+
+
 class Endpoint(Protocol):
     """One side of a paired measurement (a worker, or a fake in tests)."""
 
-    def warmup(self, min_calls: int, min_ms: float) -> tuple[int, float]: ...
+    def warmup(self, min_calls: int, min_ms: float) -> Warmup: ...
     def round_trip_ms(self) -> float: ...
     def prepare(self) -> None: ...
-
-    host_ahead: bool  # whether the last sample's launches were all queued before the GPU got to them
-
-    def start(self, calls: int, first_set: int, lead_us: float | None = None) -> None: ...
-    def finish(self) -> float: ...  # the worker's own time; the trusted clock stops on this reply
-    def digests(self) -> list[Any]: ...  # of the last timed output, read after the clock stopped
+    def start(self, request: SampleRequest) -> None: ...
+    def finish(self) -> TimedReply: ...  # the trusted clock stops on this reply
     # The candidate's side stands still while the reference runs: ``pause`` stops it and says
     # whether it may have run since the last ``resume``; after ``resume`` it runs again at its
     # next request at the latest.
@@ -75,18 +116,28 @@ class Endpoint(Protocol):
     def resume(self) -> None: ...
 
 
-# check(sample, digests) -> failure reason or None: the candidate's last timed output, fetched
-# afterwards, against these digests and the reference's output of the same sample.
-OutputCheck = Callable[[int, list[Any]], str | None]
-# refresh(sample, calls) -> input sets per sample: both sides get fresh timed inputs before each
-# sample (new values from a new seed, at new addresses), so that no output can be reused.
-Refresh = Callable[[int, int], int]
 # After a reference turn that followed the candidate's, the chance that the reference is timed
 # once more at once, the candidate still stopped: clean samples of the reference to compare the
 # others with (``checks.interference``), in random places, so a slow drift of the machine falls
-# on both kinds alike. A quarter: about as many as the after-the-candidate samples need for the
-# rank test there at 30 samples, for about 12% more sampling time.
+# on both kinds alike. A quarter: with the reference's turns that follow its own, about as many
+# clean samples as the rank test there needs at 30 samples, for about 10% more sampling time.
 REFERENCE_AGAIN = 0.25
+
+
+# check(sample, call, digests) -> failure reason or None: the candidate's output of ``call`` of
+# the sample, fetched after the sample, against the digests it reported for that call and the
+# reference's output of the same call.
+OutputCheck = Callable[[int, int, list[Any]], str | None]
+
+
+@dataclass(frozen=True)
+class SampleInputs:
+    """The trusted side's part in each sample's inputs: their seed, and the judge of the digests."""
+
+    seed: Callable[[], int]  # the next sample's secret seed
+    # agree(label, the reference's input digests, the candidate's): raises where they differ
+    # (the candidate's process made other inputs from the same seed).
+    agree: Callable[[str, list[Any], list[Any]], None]
 
 
 @dataclass
@@ -104,15 +155,16 @@ class PairedOutcome:
     checked: int = 0
     failures: list[str] = field(default_factory=list)
     stop_reason: TimingStopReason | None = None  # None: not stopped by the rule (the extra pairs)
-    sampling_s: float = 0.0  # time in timed pairs: what the budget counts (checks, refreshes, ref_again not)
+    sampling_s: float = 0.0  # time in timed pairs: what the budget counts (output checks, ref_again not)
     lead_us: float | None = None  # the spin ahead of each sample (None: the worker's default)
     host_behind: int = 0  # samples where a side's host did not queue all its calls ahead
     launch_estimate: stats.RatioEstimate | None = None  # with the launches on the clock
-    # The short-lead pairs themselves: the trusted clock is checked on them, since work a candidate
-    # hides on another stream runs during a long lead, where neither clock can see it.
+    # The short-lead pairs themselves, a group of their own for the clock comparison: behind a
+    # short lead, work a candidate leaves on another stream runs after its calls.
     launch: PairedOutcome | None = None
     estimate: stats.RatioEstimate = stats.RatioEstimate(math.nan, math.nan, math.nan)
     wall_estimate: stats.RatioEstimate = stats.RatioEstimate(math.nan, math.nan, math.nan)
+    tampered: list[str] = field(default_factory=list)  # what the candidate's replies named (timer_guard)
 
     def gap_ms(self) -> tuple[float, float]:
         """Median (trusted wall - worker time) per call, reference and candidate."""
@@ -121,23 +173,48 @@ class PairedOutcome:
         return stats.median(ref), stats.median(cand)
 
 
+@dataclass
+class _Sides:
+    """What every sample of one measurement shares."""
+
+    ref: Endpoint
+    cand: Endpoint
+    inputs: SampleInputs
+    rng: random.Random
+    clock: Callable[[], float]
+    rtt: dict[int, float]
+    sets: int
+    max_bytes: int
+    tampered: set[str] = field(default_factory=set)
+
+
 def measure_paired(
     ref: Endpoint,
     cand: Endpoint,
     cfg: TimingConfig,
     check: OutputCheck,
-    refresh: Refresh,
+    inputs: SampleInputs,
     *,
     clock: Callable[[], float] = time.perf_counter,
     rng: random.Random | None = None,
 ) -> PairedOutcome:
     """Sample until the interval is precise enough, the sample cap, or the budget. The budget
-    counts the timed pairs only: output checks and input refreshes (seconds for large outputs)
-    must not starve the measurement, and it stops no earlier than ``budget_min_samples``
-    unless the whole stage has run ``3 x budget_s``."""
+    counts the timed pairs only: output checks (seconds for large outputs) must not starve the
+    measurement, and it stops no earlier than ``budget_min_samples`` unless the whole stage has
+    run ``3 x budget_s``. ``rng`` draws the order, the checked samples and the fetched calls; the
+    input seeds come from ``inputs``, which the candidate sees."""
     rng = rng or random.Random()
-    k, host_ms = _choose_calls(ref, cand, cfg, clock)
-    rtt = {id(ref): ref.round_trip_ms(), id(cand): cand.round_trip_ms()}
+    k, host_ms, sizes = _choose_calls(ref, cand, cfg, clock)
+    sides = _Sides(
+        ref,
+        cand,
+        inputs,
+        rng,
+        clock,
+        rtt={id(ref): ref.round_trip_ms(), id(cand): cand.round_trip_ms()},
+        sets=min(k, cfg.max_timing_sets),
+        max_bytes=max(0, cfg.timing_sets_bytes - k * sizes.out_bytes),
+    )
     out = PairedOutcome(calls_per_sample=k)
     if cfg.host_ahead:
         # Long enough for the slower host to queue all K calls (its warm-up time per call, which
@@ -146,12 +223,12 @@ def measure_paired(
     started = clock()
     sample = 0
     while True:
-        digests, behind = _sample(out, ref, cand, rtt, refresh(sample, k), rng, clock)
+        reply, behind = _sample(out, sides, sample)
         if behind and out.lead_us is not None:  # a host fell behind the spin: lengthen it
             out.host_behind += 1
             out.lead_us = min(2 * out.lead_us, 4000 * cfg.max_lead_ms)
         if _should_check(sample, out.checked, cfg, rng):
-            _check(out, check, sample, digests)
+            _check(out, check, sample, reply, rng)
         sample += 1
         reason = _stop_reason(out, sample, cfg, clock() - started)
         if reason:
@@ -168,52 +245,47 @@ def measure_paired(
         # host of a launch-bound call (what the speedup was before host_ahead); the lead stays
         # short there, however far behind the host falls.
         launch = PairedOutcome(k, lead_us=cfg.lead_us)
-        for extra in range(cfg.launch_samples):
-            _sample(launch, ref, cand, rtt, refresh(sample + 1 + extra, k), rng, clock)
-        sample += cfg.launch_samples
+        for _ in range(cfg.launch_samples):
+            _sample(launch, sides, sample)
+            sample += 1
         launch.estimate = out.launch_estimate = _estimate(launch.ref_ms, launch.cand_ms, cfg, resamples=200)
         launch.wall_estimate = _estimate(launch.ref_wall_ms, launch.cand_wall_ms, cfg, resamples=200)
         out.launch = launch
     if not out.failures:
         # One more pair whose output is certainly checked, after all the samples (not recorded).
-        digests, _ = _sample(
-            PairedOutcome(k, lead_us=out.lead_us), ref, cand, rtt, refresh(sample, k), rng, clock
-        )
-        _check(out, check, sample, digests)
+        reply, _ = _sample(PairedOutcome(k, lead_us=out.lead_us), sides, sample)
+        _check(out, check, sample, reply, rng)
+    out.tampered = sorted(sides.tampered)
     return out
 
 
-def _sample(
-    out: PairedOutcome,
-    ref: Endpoint,
-    cand: Endpoint,
-    rtt: dict[int, float],
-    n_sets: int,
-    rng: random.Random,
-    clock: Callable[[], float],
-) -> tuple[list[Any], bool]:
-    """One paired sample: both sides, in random order, K calls each from the same first set,
-    the candidate stopped while the reference runs. Returns the digests of the candidate's last
-    output, and whether a side's host fell behind the lead."""
-    first_set = rng.randrange(max(n_sets, 1))
-    order = [(ref, False), (cand, True)]
-    rng.shuffle(order)
-    cand_digests: list[Any] = []
-    behind = False
+def _sample(out: PairedOutcome, sides: _Sides, sample: int) -> tuple[TimedReply, bool]:
+    """One paired sample: both sides, in random order, get the same request (the same seed, so
+    the same fresh inputs, and the same first set), the candidate stopped while the reference
+    runs. Returns the candidate's reply, and whether a side's host fell behind the lead. Raises
+    what ``SampleInputs.agree`` raises."""
+    k = out.calls_per_sample
+    request = SampleRequest(
+        k, sides.inputs.seed(), sides.sets, sides.max_bytes, sides.rng.randrange(sides.sets), out.lead_us
+    )
+    order = [(sides.ref, False), (sides.cand, True)]
+    sides.rng.shuffle(order)
+    replies: dict[bool, TimedReply] = {}
     for side, is_cand in order:
-        with nullcontext() if is_cand else _candidate_stopped(out, cand):
-            worker_ms, wall, digests, timed_s = _turn(out, side, first_set, rtt[id(side)], clock)
-            if not is_cand and out.ref_after_cand[-1] and rng.random() < REFERENCE_AGAIN:
-                again_ms, again_wall, _, _ = _turn(out, side, first_set, rtt[id(side)], clock)
-                out.ref_again_ms.append(again_ms)
-                out.ref_again_wall_ms.append(again_wall)
+        with nullcontext() if is_cand else _candidate_stopped(out, sides.cand):
+            reply, wall, timed_s = _turn(side, request, sides)
+            if not is_cand and out.ref_after_cand[-1] and sides.rng.random() < REFERENCE_AGAIN:
+                again, again_wall, _ = _turn(side, request, sides)
+                out.ref_again_ms.append(again.ms / k)
+                out.ref_again_wall_ms.append(again_wall / k)
         out.sampling_s += timed_s
-        behind = behind or not side.host_ahead
-        (out.cand_ms if is_cand else out.ref_ms).append(worker_ms)
-        (out.cand_wall_ms if is_cand else out.ref_wall_ms).append(wall)
-        if is_cand:
-            cand_digests = digests
-    return cand_digests, behind
+        (out.cand_ms if is_cand else out.ref_ms).append(reply.ms / k)
+        (out.cand_wall_ms if is_cand else out.ref_wall_ms).append(wall / k)
+        replies[is_cand] = reply
+    ref_reply, cand_reply = replies[False], replies[True]
+    sides.inputs.agree(f"timed{sample}", ref_reply.input_digest, cand_reply.input_digest)
+    sides.tampered.update(cand_reply.tampered)
+    return cand_reply, not (ref_reply.ahead and cand_reply.ahead)
 
 
 @contextmanager
@@ -227,25 +299,31 @@ def _candidate_stopped(out: PairedOutcome, cand: Endpoint) -> Iterator[None]:
         cand.resume()
 
 
-def _turn(
-    out: PairedOutcome, side: Endpoint, first_set: int, rtt_ms: float, clock: Callable[[], float]
-) -> tuple[float, float, list[Any], float]:
-    """One side's turn: ``prepare`` outside the clock, then K timed calls. Returns the worker's
-    and the trusted clock's time per call, the digests of the last output, and the seconds the
-    trusted clock ran."""
+def _turn(side: Endpoint, request: SampleRequest, sides: _Sides) -> tuple[TimedReply, float, float]:
+    """One side's turn: ``prepare`` outside the clock, then the timed request. Returns its reply,
+    the trusted clock's time of the request less the round trip (ms), and the seconds it ran."""
     side.prepare()
-    t0 = clock()
-    side.start(out.calls_per_sample, first_set, out.lead_us)
-    worker_ms = side.finish()
-    t1 = clock()
-    wall = (t1 - t0) * 1000 - rtt_ms
-    k = out.calls_per_sample
-    return worker_ms / k, max(wall, 1e-9) / k, side.digests(), t1 - t0
+    t0 = sides.clock()
+    side.start(request)
+    reply = side.finish()
+    t1 = sides.clock()
+    return reply, max((t1 - t0) * 1000 - sides.rtt[id(side)], 1e-9), t1 - t0
 
 
-def _check(out: PairedOutcome, check: OutputCheck, sample: int, digests: list[Any]) -> None:
+def _check(
+    out: PairedOutcome, check: OutputCheck, sample: int, reply: TimedReply, rng: random.Random
+) -> None:
+    """Check one call of the candidate's sample, drawn here, after its reply: when it computed
+    them, the candidate could not know which of its K outputs would be fetched."""
     out.checked += 1
-    failure = check(sample, digests)
+    k = out.calls_per_sample
+    if len(reply.digests) != k:
+        out.failures.append(
+            f"sample {sample}: the reply has the digests of {len(reply.digests)} calls, not {k}"
+        )
+        return
+    call = rng.randrange(k)
+    failure = check(sample, call, list(reply.digests[call]))
     if failure:
         out.failures.append(failure)
 
@@ -271,19 +349,26 @@ def _stop_reason(
 
 def _choose_calls(
     ref: Endpoint, cand: Endpoint, cfg: TimingConfig, clock: Callable[[], float]
-) -> tuple[int, float]:
+) -> tuple[int, float, Warmup]:
     """Warm both sides by count and by time, then pick K from the trusted per-call estimate.
-    Also returns the slower side's per-call estimate (the host time that the lead must cover)."""
-    estimates = []
+    Also returns the slower side's per-call estimate (the host time that the lead must cover)
+    and the reference's warm-up, whose sizes plan a sample's memory."""
+    estimates, warm = [], []
     for side in (ref, cand):
         t0 = clock()
-        calls, _ = side.warmup(cfg.warmup_calls, cfg.warmup_ms)
+        w = side.warmup(cfg.warmup_calls, cfg.warmup_ms)
         wall_ms = (clock() - t0) * 1000 - side.round_trip_ms()
-        estimates.append(max(wall_ms, 1e-6) / max(calls, 1))
+        estimates.append(max(wall_ms, 1e-6) / max(w.calls, 1))
+        warm.append(w)
     k = stats.calls_per_sample(
         min(estimates), cfg.tiny_call_ms, cfg.sample_target_ms, cfg.max_calls_per_sample
     )
-    return k, max(estimates)
+    # A sample keeps all K outputs (one is fetched after the reply) beside its input sets: the
+    # reference's sizes (a trusted worker's; the candidate's outputs must have the same shapes)
+    # cap K so that one set and K outputs fit in timing_sets_bytes.
+    sizes = warm[0]
+    fit = max(1, (cfg.timing_sets_bytes - sizes.set_bytes) // max(sizes.out_bytes, 1))
+    return min(k, fit), max(estimates), sizes
 
 
 def _should_check(sample: int, checked: int, cfg: TimingConfig, rng: random.Random) -> bool:

@@ -1,0 +1,166 @@
+"""Whether what a worker times with is still what it started with.
+
+A candidate shares its process with the worker that times it, so it can swap the worker's timer
+objects: a forged timer object behind long leads was verified at ~2.2x (issue 21), and a wrapped
+``time`` command at 2.6x (``audit/cases/worker_tamper_forged_time.py``). The worker takes a
+``snapshot`` when it starts serving, before any command, so before any candidate code; each TIME
+reply carries ``tampered()``, the names of what differs now, and the trusted side rejects a
+non-empty list (``timer_tampered``).
+
+What is covered, replaced, wrapped, subclassed or given new code in the candidate's process:
+- the CUDA events (the class ``torch.cuda.Event``: a subclass assigned there is named, and its
+  ``__new__``, ``record``, ``elapsed_time``, ``query``, ``synchronize``), ``torch.cuda``'s
+  ``synchronize``, ``current_stream`` and ``_sleep``, ``time.perf_counter``, ``gc.disable`` and
+  ``gc.enable``;
+- the lead (its module, below: ``lead.spin`` and the spin kernel; and its settings once
+  prepared, ``lead.altered``);
+- the server's command table as ``serve`` holds it (each entry, the function behind it, its code
+  object, and the method its name resolves to on the server now);
+- the modules the server's classes come from (the worker's, and ``lead``'s): every module-level
+  name (a rebound ``torch``, ``encode`` or ``time``), the code of every function, and every
+  method of the classes defined there (a rewritten ``WorkerServer.time``).
+
+What is not covered: a candidate that rewrites this guard itself (its snapshot, ``tampered``) or
+works below Python (ctypes writes into objects, a patched CUDA library, its own thread writing on
+the socket): all of it runs in the candidate's process. The trusted clock is the backstop: a
+worker time shorter than the evaluator's own wall is ``clock_disagreement``, and the trusted
+figure counts.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import FunctionType, MethodType
+from typing import Any
+
+import torch
+
+from cudal1.eval.process import lead
+
+_MISSING = object()  # what a getter returns for a name deleted since the snapshot
+
+
+@dataclass(frozen=True)
+class _Seen:
+    get: Callable[[], Any]  # reads the thing now, by the path the worker's code reads it
+    value: Any  # what it was at the snapshot (compared by identity; a name set by equality)
+    code: Any  # a function's code object: a rewrite can keep the function and swap its code
+
+
+_SNAPSHOT: dict[str, _Seen] = {}
+
+
+def _timers() -> dict[str, Callable[[], Any]]:
+    return {
+        "torch.cuda.Event": lambda: torch.cuda.Event,
+        **{
+            f"torch.cuda.Event.{name}": _attribute(lambda: torch.cuda.Event, name)
+            for name in ("__new__", "record", "elapsed_time", "query", "synchronize")
+        },
+        "torch.cuda.synchronize": lambda: torch.cuda.synchronize,
+        "torch.cuda.current_stream": lambda: torch.cuda.current_stream,
+        "torch.cuda._sleep": lambda: torch.cuda._sleep,
+        "time.perf_counter": lambda: time.perf_counter,
+        "gc.disable": lambda: gc.disable,
+        "gc.enable": lambda: gc.enable,
+    }
+
+
+def _handlers(server: Any, table: dict[Any, Callable[..., Any]]) -> dict[str, Callable[[], Any]]:
+    """Each entry of the table ``serve`` dispatches from, and for a bound method, what the same
+    name resolves to on the server now (an instance or class attribute put over it)."""
+    getters: dict[str, Callable[[], Any]] = {"handlers": lambda: frozenset(table)}
+    for cmd, handler in table.items():
+        label = f"handler {getattr(cmd, 'value', cmd)}"
+        getters[label] = _item(table, cmd)
+        function = getattr(handler, "__func__", None)
+        if function is not None and getattr(handler, "__self__", None) is server:
+            bound = _attribute(lambda: server, function.__name__)
+            getters[f"{label}: server.{function.__name__}"] = _attribute(bound, "__func__")
+    return getters
+
+
+def _module(namespace: dict[str, Any]) -> dict[str, Callable[[], Any]]:
+    """Every module-level name of a module (and the set of them: a new global can shadow a
+    builtin), and every method of the classes it defines."""
+    name = namespace.get("__name__", "?")
+    getters: dict[str, Callable[[], Any]] = {
+        f"{name} globals": lambda: frozenset(k for k in namespace if not k.startswith("__"))
+    }
+    for key, value in list(namespace.items()):
+        if key.startswith("__"):
+            continue
+        getters[f"{name}.{key}"] = _item(namespace, key)
+        if isinstance(value, type) and value.__module__ == name:
+            for attr in list(vars(value)):
+                getters[f"{name}.{value.__qualname__}.{attr}"] = _item(vars(value), attr)
+    return getters
+
+
+def _item(mapping: Mapping[Any, Any], key: Any) -> Callable[[], Any]:
+    return lambda: mapping.get(key, _MISSING)
+
+
+def _attribute(owner: Callable[[], Any], name: str) -> Callable[[], Any]:
+    """Reads ``name`` of what ``owner`` reads now (the path the worker's code takes)."""
+    return lambda: getattr(owner(), name, _MISSING)
+
+
+def _namespaces(server: Any) -> list[dict[str, Any]]:
+    """The globals of the modules the server's classes are defined in, and the lead's."""
+    found = {id(vars(lead)): vars(lead)}
+    for cls in type(server).__mro__[:-1]:
+        for value in vars(cls).values():
+            if isinstance(value, FunctionType):
+                found.setdefault(id(value.__globals__), value.__globals__)
+    return list(found.values())
+
+
+def snapshot(server: Any, table: dict[Any, Callable[..., Any]]) -> None:
+    """What ``tampered`` compares against: taken where the worker starts serving ``table``."""
+    getters = _timers() | _handlers(server, table)
+    for namespace in _namespaces(server):
+        getters |= _module(namespace)
+    _SNAPSHOT.clear()
+    for label, get in getters.items():
+        value = _read(get)
+        _SNAPSHOT[label] = _Seen(get, value, _code(value))
+
+
+def tampered() -> list[str]:
+    """The names of what differs from the snapshot (none taken: nothing to compare, [])."""
+    found = [label for label, seen in _SNAPSHOT.items() if _changed(seen)]
+    if lead.altered():
+        found.append("lead settings")
+    return found
+
+
+def watched() -> list[str]:
+    """The names the snapshot holds."""
+    return list(_SNAPSHOT)
+
+
+def _changed(seen: _Seen) -> bool:
+    now = _read(seen.get)
+    if isinstance(seen.value, frozenset):
+        return now != seen.value
+    return now is not seen.value or _code(now) is not seen.code
+
+
+def _read(get: Callable[[], Any]) -> Any:
+    try:
+        return get()
+    except Exception:  # a getter whose path a candidate broke (a deleted attribute, a raising property)
+        return _MISSING
+
+
+def _code(value: Any) -> Any:
+    """The code object behind a function, method, static or class method, or property getter."""
+    if isinstance(value, MethodType | staticmethod | classmethod):
+        value = value.__func__
+    elif isinstance(value, property):
+        value = value.fget
+    return value.__code__ if isinstance(value, FunctionType) else None
