@@ -62,7 +62,12 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
     timed_precision = pair.precision_tracker()
     levels = pair.first_levels()
 
+    # Processes of the candidate's that left its process group run on while it is stopped for
+    # the reference's turns: looked for before, at each output check and after the sampling.
+    outside_group = set(cand.outside_group())
+
     def check(sample: int, call: int, digests: list[Any]) -> str | None:
+        outside_group.update(cand.outside_group())
         fetched = cand.request_raw(Command.FETCH_OUTPUT, index=call)
         cmp, real = pair.compare(None, fetched, room, index=call)
         timed_precision.add(cmp, levels)
@@ -85,7 +90,8 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
     record.findings.extend(findings)
     if all(f.code != "reduced_precision" for f in record.findings):
         record.findings.extend(timed_precision.findings())
-    disturbed, disturbance = reference_disturbed(outcome)
+    outside_group.update(cand.outside_group())
+    disturbed, disturbance = reference_disturbed(outcome, sorted(outside_group))
     record.note(reference_disturbance=disturbance)
     if disturbed is not None:
         # Not compared with, nor stored as, the task's clean baseline: a disturbed reference

@@ -272,3 +272,14 @@ def test_second_timings_happen_at_about_the_stated_rate():
     out = _measure(ref, cand, seed=2, min_samples=400, max_samples=400)
     after = sum(out.ref_after_cand)
     assert len(out.ref_again_ms) == pytest.approx(REFERENCE_AGAIN * after, rel=0.3)
+
+
+def test_processes_that_left_the_candidates_group_are_reference_disturbed_whatever_the_times():
+    """The pause cannot stop them, and what they do may fall on clean turns too: found by the
+    evaluator (``WorkerProcess.outside_group``), they reject however the times read."""
+    ref, cand = _pair(0)
+    out = _measure(ref, cand, seed=0)
+    assert reference_disturbed(out)[0] is None
+    finding, _ = reference_disturbed(out, [4242])
+    assert finding is not None and finding.code == "reference_disturbed"
+    assert finding.evidence["outside_group"] == [4242] and "process group" in finding.message

@@ -39,10 +39,12 @@ What is not covered:
   alike; telling it needs the device's word that no other context ran (a probe of preemption on
   the reference's side, or the driver's), which this module does not have;
 - with fewer than ``MIN_SAMPLES`` of either kind (budget stops on slow tasks), no verdict;
-- a process of the candidate's that left the worker's process group (a double fork with
-  ``setsid``) is not stopped, and can itself run beside the reference, or continue the stopped
-  group (SIGCONT), whenever it sees the worker stopped: such a slowdown falls on clean turns too
-  (static checks flag process creation: ``subprocess_access``; the sandbox says the same).
+- a process of the candidate's that left the worker's process group (``setsid``) is not
+  stopped, and could run beside the reference, or continue the stopped group (SIGCONT), whenever
+  it sees the worker stopped, a slowdown that falls on clean turns too. It is found instead
+  (``WorkerProcess.outside_group``: the worker's descendants and what carries its sandbox as
+  TMPDIR, looked for before, during and after the sampling) and rejected as such; one that
+  rewrote its environment after a double fork, or lived only between two looks, is not found.
 """
 
 from __future__ import annotations
@@ -85,28 +87,36 @@ class OrderComparison:
     p: float  # that the after-candidate samples exceed the clean ones by more than the margin
 
 
-def reference_disturbed(out: PairedOutcome) -> tuple[Finding | None, dict[str, Any]]:
+def reference_disturbed(
+    out: PairedOutcome, outside_group: Sequence[int] = ()
+) -> tuple[Finding | None, dict[str, Any]]:
     """The finding, when the reference's times after the candidate are beyond its clean ones by
-    more than the margin on any clock of any group; and the main group's event comparison as a
-    fact for the result (``Environment.reference_disturbance``), finding or not."""
+    more than the margin on any clock of any group, or when processes the candidate started had
+    left its worker's process group (``outside_group``: the pause cannot stop them); and the main
+    group's event comparison as a fact for the result (``Environment.reference_disturbance``),
+    finding or not."""
     groups: tuple[tuple[SampleGroup, PairedOutcome | None], ...] = (("main", out), ("launch", out.launch))
     comparisons = [c for samples, outcome in groups if outcome is not None for c in _compare_group(samples, outcome)]
     worst = min(comparisons, key=lambda c: c.p, default=None)
     facts = _facts(comparisons[0]) if comparisons and comparisons[0].samples == "main" else {}
-    if worst is None or worst.p > ALPHA:
+    evidence: dict[str, Any] = {"margin": SLOWDOWN_MARGIN, "alpha": ALPHA}
+    evidence["comparisons"] = [_facts(c) for c in comparisons]
+    if outside_group:
+        message = (
+            f"{len(outside_group)} process(es) the candidate started left its worker's process group, "
+            "so they ran on while the worker was stopped for the reference's turns"
+        )
+        evidence["outside_group"] = list(outside_group)[:20]
+    elif worst is not None and worst.p <= ALPHA:
+        message = (
+            f"the reference ran {worst.slowdown:+.0%} slower right after the candidate than in its "
+            f"clean turns with the candidate stopped ({worst.after} and {worst.clean} {worst.samples} "
+            f"samples, {worst.clock}; rank test p={worst.p:.1g} for more than {SLOWDOWN_MARGIN:.0%}): "
+            "work the candidate left behind ran on the device while the reference was timed"
+        )
+        evidence.update(_facts(worst))
+    else:
         return None, facts
-    message = (
-        f"the reference ran {worst.slowdown:+.0%} slower right after the candidate than in its clean "
-        f"turns with the candidate stopped ({worst.after} and {worst.clean} {worst.samples} samples, "
-        f"{worst.clock}; rank test p={worst.p:.1g} for more than {SLOWDOWN_MARGIN:.0%}): work the "
-        "candidate left behind ran on the device while the reference was timed"
-    )
-    evidence = {
-        **_facts(worst),
-        "margin": SLOWDOWN_MARGIN,
-        "alpha": ALPHA,
-        "comparisons": [_facts(c) for c in comparisons],
-    }
     return Finding("reference_disturbed", Severity.REJECT, Stage.INTEGRITY, message, evidence), facts
 
 

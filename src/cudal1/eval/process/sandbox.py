@@ -30,7 +30,10 @@ What is not covered (needs an OS sandbox such as seccomp/landlock or a container
   outside its directory, including into the shared extension build cache under a different
   source hash. Static checks flag such code; the evaluator never trusts a worker's numbers;
 - a process the candidate starts that leaves the worker's process group (``setsid``) is not
-  stopped with it (quiet windows; the reference's turns of the timing) nor killed with it;
+  stopped with it (quiet windows; the reference's turns of the timing). It is found, while the
+  worker lives, as its descendant or by the sandbox as its TMPDIR (``outside_group``: the timing
+  rejects it, and it is killed with the worker); one that also rewrote its environment after a
+  double fork is not found;
 - the processes a worker starts (its compilers) are not signalled when the evaluator dies: the
   parent-death signal is per process and cannot be set for them. A running one ends with its
   build; one stopped for a quiet window at that moment stays stopped until the next run on the
@@ -129,6 +132,44 @@ def kill_leftovers(sandboxes: list[Path]) -> int:
                 os.kill(int(entry.name), signal.SIGKILL)
                 killed += 1
     return killed
+
+
+def processes_outside_group(pid: int, sandbox: Path) -> list[int]:
+    """Live processes started from worker ``pid`` that are not in its process group (``setsid``):
+    its descendants, and any process whose environment names ``sandbox`` as TMPDIR (what a double
+    fork leaves behind, with init as its parent). A scan of /proc: a few ms."""
+    mark = f"\0TMPDIR={sandbox}\0".encode()
+    parent: dict[int, int] = {}
+    found: set[int] = set()
+    try:
+        entries = list(Path("/proc").iterdir())
+    except OSError:  # no /proc: not Linux
+        return []
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        other = int(entry.name)
+        try:
+            state, ppid, pgrp = (entry / "stat").read_text().rpartition(")")[2].split()[:3]
+        except (OSError, ValueError):  # gone meanwhile
+            continue
+        parent[other] = int(ppid)
+        if int(pgrp) == pid or state in ("Z", "X"):
+            continue
+        found.add(other)  # outside the group; kept below if it came from the worker
+    started = set()
+    for other in found:
+        with contextlib.suppress(OSError):
+            if mark in b"\0" + (Path("/proc") / str(other) / "environ").read_bytes():
+                started.add(other)
+                continue
+        ancestor, hops = parent.get(other, 0), 0
+        while ancestor > 1 and hops < 64:  # a loop in a racing /proc ends here
+            if ancestor == pid:
+                started.add(other)
+                break
+            ancestor, hops = parent.get(ancestor, 0), hops + 1
+    return sorted(started)
 
 
 def import_path(src_root: str, inherited: str) -> str:
@@ -483,10 +524,17 @@ class WorkerProcess:
     def alive(self) -> bool:
         return not self.closed and self.proc.poll() is None
 
+    def outside_group(self) -> list[int]:
+        """Processes the worker started that left its process group: neither ``suspend`` nor the
+        group's kill reaches them (``processes_outside_group``)."""
+        return processes_outside_group(self.proc.pid, self.dir)
+
     def kill(self) -> None:
         # The whole group, even when the worker itself is gone: a compiler it started may linger.
         # SIGKILL ends a stopped (quiet-window) process too; SIGCONT first all the same, so that
-        # no member of the group is left stopped whatever becomes of the kill.
+        # no member of the group is left stopped whatever becomes of the kill. First what left
+        # the group (found while the worker lives: its children are init's afterwards).
+        _kill_all(self.outside_group())
         self._signal_group(signal.SIGCONT)
         self._signal_group(signal.SIGKILL)
         memory.WATCH.unwatch(self.proc.pid)
@@ -503,6 +551,7 @@ class WorkerProcess:
                 self._holds = 0
                 self._signal_group(signal.SIGCONT)
         if self.proc.poll() is None:
+            _kill_all(self.outside_group())  # the group ends with the worker; these would not
             with contextlib.suppress(Exception):
                 self.conn.send_bytes(encode({"cmd": Command.EXIT.value}))
             if self._wait_exit(2.0) is None:
@@ -518,3 +567,11 @@ class WorkerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _kill_all(pids: list[int]) -> None:
+    """SIGKILL (after SIGCONT) to each of ``pids``, found a moment ago."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGKILL)
