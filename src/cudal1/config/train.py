@@ -231,7 +231,9 @@ class GRPOStageConfig(StrictConfig):
     loss_type: LossType = Field("dapo", description="TRL's loss normalisation")
     beta: float = Field(0.0, ge=0, description="KL coefficient against the initial model (0: no ref model)")
     scale_rewards: ScaleRewards = Field(
-        "group", description="advantages: (r - group mean) / spread of the group, the batch, or unscaled"
+        "group",
+        description="advantages: (r - group mean) / spread of the group, the batch, or unscaled (TRL's; "
+        "with the reward's clip, the paper's reward smoothing)",
     )
     mask_truncated: bool = Field(True, description="completions cut by max_tokens earn no gradient")
     exemplars: ExemplarConfig = Field(default_factory=ExemplarConfig, description="contrastive exemplars")

@@ -1,4 +1,4 @@
-"""The RL reward of one evaluated candidate, and group normalisation for GRPO.
+"""The RL reward of one evaluated candidate.
 
 ``reward_from_result`` turns an ``EvalResult`` into one number, in this order:
 
@@ -16,6 +16,12 @@
 
 Disagreement between the worker's clock and the trusted one is not handled here: the evaluator
 records it as a finding, and findings are what this function reads.
+
+The paper's reward smoothing ("so that a single extreme reward cannot dominate an update") is
+the clip of step 4 plus TRL's group normalisation: ``GRPOTrainer`` turns rewards into advantages
+``(r - group mean) / (group std + 1e-4)`` (``GRPOStageConfig.scale_rewards``; TRL 1.16
+``_generate_and_score_completions``), and with a sample std no advantage exceeds sqrt(G) for G
+completions per prompt. Normalising here as well would do it twice, so this module does not.
 """
 
 from __future__ import annotations
@@ -64,21 +70,3 @@ def reward_from_result(result: EvalResult, cfg: RewardConfig, *, sol_ms: float |
     reward = min(max(reward, cfg.min), cfg.max)
     warnings = sum(f.severity is Severity.WARNING for f in result.findings)
     return max(cfg.min, reward - cfg.warning_penalty * warnings)
-
-
-def smooth_group(rewards: list[float], *, eps: float = 1e-6, clip: float = 5.0) -> list[float]:
-    """GRPO group normalisation: (r - mean) / (std + eps), clipped to [-clip, clip].
-
-    All candidates for one prompt form a group; only their differences carry signal. A group of
-    equal rewards gives zeros (no gradient), not noise amplified by a tiny std. Population std;
-    non-finite rewards are a bug upstream and raise.
-    """
-    if not rewards:
-        return []
-    if not all(math.isfinite(r) for r in rewards):
-        raise ValueError(f"non-finite reward in group: {rewards}")
-    if max(rewards) == min(rewards):
-        return [0.0] * len(rewards)  # exactly: float rounding of the mean would leave ~1e-10
-    mean = math.fsum(rewards) / len(rewards)
-    std = math.sqrt(math.fsum((r - mean) ** 2 for r in rewards) / len(rewards))
-    return [min(max((r - mean) / (std + eps), -clip), clip) for r in rewards]
