@@ -61,3 +61,31 @@ def make_result(task: str, source: str, speedup: float | None, *, correct: bool 
         timing=timing,
         findings=findings,
     )
+
+
+def variant(i: int) -> str:
+    """A correct GELU reply whose source differs from every other ``variant``'s."""
+    return GOOD.replace("{i}", str(i))
+
+
+def store_evaluated(
+    db, task, reply: str, speedup: float | None, *, label: str, backend: str = "policy", **kw
+):
+    """Store ``reply`` as ``task``'s candidate with a result already recorded (as if evaluated);
+    returns its id. ``kw``: ``make_result`` options (``correct``, ``reject``)."""
+    from cudal1.run.database import Provenance
+    from cudal1.search.lifecycle import store_reply
+
+    cand_id, error = store_reply(db, task, reply, Provenance(backend=backend), label=label)
+    assert error is None, error
+    db.record_result(cand_id, make_result(task.name, db.get(cand_id).source, speedup, **kw))
+    return cand_id
+
+
+class NoPool:
+    """A pool for reward tests whose completions all repeat stored candidates: never asked."""
+
+    devices: tuple[str, ...] = ()
+
+    async def evaluate(self, *args, **kwargs):
+        raise AssertionError("every completion should reuse a stored result")

@@ -13,9 +13,18 @@ from cudal1.config.base import Device, StrictConfig
 from cudal1.config.eval import EvalConfig, PoolConfig
 from cudal1.config.search import SEED_FILES_HELP, BudgetConfig, ExemplarConfig, LLMConfig, Size
 
+RewardBar = Literal["eager", "best-baseline"]
+
 
 class RewardConfig(StrictConfig):
     """How an evaluation result becomes a scalar reward; every field is used below."""
+
+    bar: RewardBar = Field(
+        "best-baseline",
+        description="what a speedup is counted over: eager (the reference as written) or best-baseline "
+        "(the faster of eager and the task's torch.compile baselines measured in the same run; eager "
+        "while none has verified, which the step log says)",
+    )
 
     incorrect: float = Field(
         -1.0, description="Reward of a candidate that fails a stage, is incorrect or was not timed."

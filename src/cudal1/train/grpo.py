@@ -8,7 +8,8 @@ What runs, per generation batch: ``prompt_stream`` builds each prompt live from 
 database (exemplars with their measured speedups, chosen and rendered by the search's own
 ``task_prompt``: the one-shot prompt while a task has no correct variant); TRL samples
 ``num_generations`` completions per prompt; ``PoolReward`` stores, evaluates, audits and scores
-them all at once; TRL normalises rewards within each group (``scale_rewards``) and updates the
+them all at once (a speedup counts over ``config.reward.bar``: by default the faster of eager and
+the task's torch.compile baselines, which round 0 measures); TRL normalises rewards within each group (``scale_rewards``) and updates the
 policy (LoRA by default). What the batch found is in the database before the next prompts are
 built, so better variants show up as exemplars: the paper's two loops together.
 
@@ -185,10 +186,11 @@ def run_grpo(
         by_name = {t.name: t for t in tasks}
         gate = PhaseGate(shares_device(device, pool.devices), reserve=_reserver(pool, device))
         log.info(
-            "GRPO on %s, pool on %s, phases %s",
+            "GRPO on %s, pool on %s, phases %s, rewards over %s",
             device,
             pool.devices,
             "alternate" if gate.shared else "overlap",
+            config.reward.bar,
         )
         store_round_zero(
             db,

@@ -11,10 +11,11 @@ the prompts, the completions and the dataset's extra columns (``task``, ``prompt
 2. evaluates the new candidates together on the pool, inside the phase gate's ``evaluating()``
    (on a shared GPU nothing of the policy runs meanwhile: ``phases.py``);
 3. turns each result into the reward of ``train.reward.reward_from_result`` (parse failures and
-   failed stages earn ``incorrect``, rejections ``reject``), capped by the task's speed-of-light
-   time, then lets the auditor judge the suspicious ones (``auditing.py``);
+   failed stages earn ``incorrect``, rejections ``reject``) over the task's bar
+   (``reward_bar.py``: eager, or the faster of eager and torch.compile), capped by the task's
+   speed-of-light time, then lets the auditor judge the suspicious ones (``auditing.py``);
 4. logs per-step metrics through TRL (``log_metric``: success rate, speedups, findings, group
-   spread) and appends the step's rewards, verified speedups and reward wall time to
+   spread) and appends the step's rewards, verified speedups, bars and reward wall time to
    ``steps.jsonl`` in the run directory (what the learning check and the training benchmark read).
 
 The candidates it stores feed the next prompts (``grpo.prompt_stream``): the paper's prompt-level
@@ -23,6 +24,7 @@ loop and parameter-level loop working together.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -40,6 +42,7 @@ from cudal1.search.lifecycle import evaluate_rows, store_reply
 from cudal1.train.auditing import RewardAuditor
 from cudal1.train.phases import PhaseGate
 from cudal1.train.reward import reward_from_result
+from cudal1.train.reward_bar import RewardBars
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +83,7 @@ class PoolReward:
         self.db, self.pool, self.tasks, self.reward = db, pool, tasks, reward
         self.auditor, self.gate, self.group_size, self.run_id = auditor, gate, group_size, run_id
         self.steps_file = steps_file
+        self.bars = RewardBars(db, reward.bar)
 
     async def __call__(
         self,
@@ -99,26 +103,30 @@ class PoolReward:
         pending = [r for r in rows.values() if r.status is CandidateStatus.PENDING]
         with self.gate.evaluating():
             await evaluate_rows(self.db, self.pool, self.tasks, pending)
-        rewards: list[float | None] = []
-        results: list[EvalResult | None] = []
-        for cand_id, error in zip(ids, errors, strict=True):
-            row = self.db.get(cand_id)
-            result = row.result if error is None else None
-            results.append(result)
-            if result is None:  # a parse failure, or an evaluation the evaluator could not finish
-                rewards.append(self.reward.incorrect)
-                continue
-            if result.evaluator_error:
-                # The trusted side failed twice (eval/pool.py retries once alone): no verdict on
-                # the completion, so no reward; TRL skips a None reward for that sample.
-                rewards.append(None)
-                continue
-            value = reward_from_result(result, self.reward, sol_ms=sol_ms(result))
-            outcome = await self.auditor.review(self.tasks[row.task], row.source, result, value, cand_id)
-            rewards.append(outcome.reward)
-        timing = {"reward_wall_s": time.perf_counter() - started, "fresh_evaluations": len(pending)}
-        self._log(step, rewards, results, errors, log_metric, timing)
+        results = [self.db.get(i).result if e is None else None for i, e in zip(ids, errors, strict=True)]
+        rewards = [await self._reward(i, r) for i, r in zip(ids, results, strict=True)]
+        extra = {
+            "reward_wall_s": time.perf_counter() - started,
+            "fresh_evaluations": len(pending),
+            "reward_bar": self.reward.bar,
+            "bars": {name: dataclasses.asdict(self.bars.bar(name)) for name in sorted(set(task))},
+        }
+        self._log(step, rewards, results, errors, log_metric, extra)
         return rewards
+
+    async def _reward(self, cand_id: int, result: EvalResult | None) -> float | None:
+        """One completion's reward over its task's bar, after the audit."""
+        if result is None:  # a parse failure, or an evaluation the evaluator could not finish
+            return self.reward.incorrect
+        if result.evaluator_error:
+            # The trusted side failed twice (eval/pool.py retries once alone): no verdict on the
+            # completion, so no reward; TRL skips a None reward for that sample.
+            return None
+        bar = self.bars.bar(result.task)
+        value = reward_from_result(result, self.reward, sol_ms=sol_ms(result), bar=bar.speedup)
+        row = self.db.get(cand_id)
+        outcome = await self.auditor.review(self.tasks[row.task], row.source, result, value, cand_id)
+        return outcome.reward
 
     def _store(
         self,
@@ -156,7 +164,7 @@ class PoolReward:
         results: list[EvalResult | None],
         errors: list[str | None],
         log_metric: Callable[[str, float], None] | None,
-        timing: dict[str, float],
+        extra: dict[str, Any],
     ) -> None:
         metrics = step_metrics(rewards, results, errors, self.group_size)
         if log_metric is not None:
@@ -180,7 +188,7 @@ class PoolReward:
                 "time": time.time(),
                 "rewards": rewards,
                 "speedups": speedups,
-                **timing,
+                **extra,
                 **metrics,
             }
             with self.steps_file.open("a", encoding="utf-8") as f:

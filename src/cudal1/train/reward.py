@@ -3,14 +3,16 @@
 ``reward_from_result`` turns an ``EvalResult`` into one number, in this order:
 
 1. a REJECT finding earns ``cfg.reject``; an incorrect, failed or untimed candidate ``cfg.incorrect``;
-2. the speedup that counts is the lower bound of the bootstrap interval, floored to ``cfg.quantum``
+2. the speedup that counts is over the bar (``bar``: 1.0 for eager, else the speedup over eager
+   of the task's fastest torch.compile baseline, ``cfg.bar`` and ``train.reward_bar``), from the
+   lower bound of the bootstrap interval, floored to ``cfg.quantum``
    (timing-and-anchors.md section 2.7: "Reward = floor(lower CI bound, 2 dp)"), so noise never
    pays;
-3. a speedup within ``max(2 %, 2 x CI half-width)`` of 1.0 is 1.0 (section 2.7's snap): moving
-   noise around a tie must not be learned as progress;
-4. the reward is ``log(speedup)`` (a 2x gain and a 2x loss weigh the same), capped at
-   ``log(t_ref / SOL)`` when a speed-of-light time is given (section 6, proposal 6: nothing beats
-   the physical floor, so more is a hack or a measurement error), and clipped to
+3. a speedup within ``max(2 %, 2 x CI half-width)`` of the bar is the bar (section 2.7's snap):
+   moving noise around a tie must not be learned as progress;
+4. the reward is ``log(speedup / bar)`` (a 2x gain and a 2x loss weigh the same), capped at
+   ``log(t_ref / SOL / bar)`` when a speed-of-light time is given (section 6, proposal 6: nothing
+   beats the physical floor, so more is a hack or a measurement error), and clipped to
    ``[cfg.min, cfg.max]``;
 5. each WARNING finding subtracts ``cfg.warning_penalty`` (never below ``cfg.min``).
 
@@ -32,41 +34,46 @@ from cudal1.config import RewardConfig
 from cudal1.schema import EvalResult, Severity
 
 
-def _counted_speedup(result: EvalResult, cfg: RewardConfig) -> float:
-    """The conservative speedup: CI lower bound (or median), floored to ``cfg.quantum``."""
+def _counted_speedup(result: EvalResult, cfg: RewardConfig, bar: float) -> float:
+    """The conservative speedup over the bar: CI lower bound (or median), floored to ``cfg.quantum``."""
     assert result.timing is not None
-    s = result.timing.ci_low if cfg.use_ci_low else result.timing.speedup
+    s = (result.timing.ci_low if cfg.use_ci_low else result.timing.speedup) / bar
     if cfg.quantum > 0 and math.isfinite(s):
         s = math.floor(s / cfg.quantum + 1e-9) * cfg.quantum  # 1e-9: 1.10 stays 1.10
     return s
 
 
-def _snaps_to_one(result: EvalResult, cfg: RewardConfig) -> bool:
+def _snaps_to_bar(result: EvalResult, cfg: RewardConfig, bar: float) -> bool:
     timing = result.timing
     assert timing is not None
     half_width = timing.ci_half_width if math.isfinite(timing.ci_half_width) else 0.0
-    return abs(timing.speedup - 1.0) < max(cfg.snap_rel, cfg.snap_ci_factor * half_width)
+    return abs(timing.speedup / bar - 1.0) < max(cfg.snap_rel, cfg.snap_ci_factor * half_width / bar)
 
 
-def reward_from_result(result: EvalResult, cfg: RewardConfig, *, sol_ms: float | None = None) -> float:
+def reward_from_result(
+    result: EvalResult, cfg: RewardConfig, *, sol_ms: float | None = None, bar: float = 1.0
+) -> float:
     """Scalar reward of one evaluated candidate (see the module docstring for the rules).
 
     ``sol_ms`` is the task's speed-of-light time on this device (``eval.timing.speed_of_light``); with
-    ``cfg.cap_at_sol`` the reward cannot exceed ``log(reference time / sol_ms)``.
+    ``cfg.cap_at_sol`` the reward cannot exceed ``log(reference time / sol_ms / bar)``. ``bar``: the
+    speedup over eager the candidate is measured against (positive; 1.0 is eager).
     """
+    if not (math.isfinite(bar) and bar > 0):
+        raise ValueError(f"bar must be a positive speedup, got {bar}")
     if result.rejected:
         return cfg.reject
     if not result.correct or result.timing is None:
         return cfg.incorrect
-    if _snaps_to_one(result, cfg):
+    if _snaps_to_bar(result, cfg, bar):
         reward = 0.0
     else:
-        s = _counted_speedup(result, cfg)
+        s = _counted_speedup(result, cfg, bar)
         reward = math.log(s) if s > 0 and math.isfinite(s) else cfg.min
     if cfg.cap_at_sol and sol_ms is not None and sol_ms > 0:
         ref_ms = result.timing.ref_median_ms
         if math.isfinite(ref_ms) and ref_ms > 0:
-            reward = min(reward, max(0.0, math.log(ref_ms / sol_ms)))
+            reward = min(reward, max(0.0, math.log(ref_ms / sol_ms / bar)))
     reward = min(max(reward, cfg.min), cfg.max)
     warnings = sum(f.severity is Severity.WARNING for f in result.findings)
     return max(cfg.min, reward - cfg.warning_penalty * warnings)
