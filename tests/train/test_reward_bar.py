@@ -3,23 +3,17 @@ torch.compile baselines measured in the same run (eager, and said so, while none
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from train_fixtures import GELU, NoPool, make_result, store_evaluated, variant
+from train_fixtures import GELU, make_result, reward_over_stored, score, store_evaluated, variant
 
-from cudal1.audit import open_case_db
-from cudal1.config import AuditConfig, RewardConfig
-from cudal1.eval.pool import Pool
+from cudal1.config import RewardConfig
 from cudal1.run.database import CandidateDB
 from cudal1.run.selection import EAGER, Bar, best_baseline
-from cudal1.train.auditing import RewardAuditor
-from cudal1.train.phases import PhaseGate
-from cudal1.train.pool_reward import PoolReward
 from cudal1.train.reward import reward_from_result
 from cudal1.train.reward_bar import RewardBars
 
@@ -65,40 +59,6 @@ def test_a_failed_compile_baseline_leaves_the_bar_at_eager(tmp_path: Path) -> No
         assert RewardBars(db, "best-baseline").bar(GELU.name) == Bar(EAGER, 1.0, "torch.compile failed")
 
 
-def pool_reward(db: CandidateDB, tmp_path: Path, cfg: RewardConfig, **audit: Any) -> PoolReward:
-    cases = open_case_db()
-    auditor = RewardAuditor(AuditConfig(**audit), cfg, None, cases, db)
-    return PoolReward(
-        db,
-        cast(Pool, NoPool()),
-        {GELU.name: GELU},
-        cfg,
-        auditor,
-        PhaseGate(shared=False),
-        group_size=2,
-        run_id=db.start_run(),
-        steps_file=tmp_path / "steps.jsonl",
-    )
-
-
-def score(reward: PoolReward, replies: list[str], step: int = 1) -> list[float | None]:
-    class State:
-        global_step = step
-
-    n = len(replies)
-    completions = [[{"role": "assistant", "content": r}] for r in replies]
-    return asyncio.run(
-        reward(
-            prompts=[[]] * n,
-            completions=completions,
-            task=[GELU.name] * n,
-            prompt_hash=["h"] * n,
-            parent_ids=["[]"] * n,
-            trainer_state=State(),
-        )
-    )
-
-
 @pytest.mark.parametrize("kind", ["best-baseline", "eager"])
 def test_grpo_rewards_a_speedup_over_the_faster_of_eager_and_torch_compile(tmp_path: Path, kind: str) -> None:
     cfg = RewardConfig(bar=cast(Any, kind))
@@ -107,7 +67,7 @@ def test_grpo_rewards_a_speedup_over_the_faster_of_eager_and_torch_compile(tmp_p
         store_evaluated(db, GELU, variant(2), 1.2, label="torch-compile-reduce-overhead", backend="baseline")
         fast = store_evaluated(db, GELU, variant(3), 3.0, label="grpo-s0-0")
         slow = store_evaluated(db, GELU, variant(4), 1.5, label="grpo-s0-1")
-        rewards = score(pool_reward(db, tmp_path, cfg), [variant(3), variant(4)])
+        rewards = score(reward_over_stored(db, tmp_path, cfg), [variant(3), variant(4)])
         results = [db.get(fast).result, db.get(slow).result]
     bar = 2.0 if kind == "best-baseline" else 1.0
     assert rewards == [reward_from_result(cast(Any, r), cfg, bar=bar) for r in results]
@@ -122,7 +82,7 @@ def test_grpo_says_when_it_falls_back_to_eager(tmp_path: Path) -> None:
     cfg = RewardConfig()
     with CandidateDB(tmp_path / "c.db") as db:
         cand = store_evaluated(db, GELU, variant(3), 3.0, label="grpo-s0-0")
-        rewards = score(pool_reward(db, tmp_path, cfg), [variant(3)])
+        rewards = score(reward_over_stored(db, tmp_path, cfg), [variant(3)])
         result = db.get(cand).result
     assert rewards == [reward_from_result(cast(Any, result), cfg)]
     step = json.loads((tmp_path / "steps.jsonl").read_text())

@@ -89,3 +89,47 @@ class NoPool:
 
     async def evaluate(self, *args, **kwargs):
         raise AssertionError("every completion should reuse a stored result")
+
+
+def reward_over_stored(db, tmp_path, cfg=None, *, judge=None, group_size=2, **audit):
+    """GRPO's reward (``PoolReward``) over ``db`` with no pool: every completion scored must
+    repeat a stored candidate. ``audit``: ``AuditConfig`` fields; ``steps.jsonl`` in ``tmp_path``."""
+    from cudal1.audit import open_case_db
+    from cudal1.config import AuditConfig, RewardConfig
+    from cudal1.train.auditing import RewardAuditor
+    from cudal1.train.phases import PhaseGate
+    from cudal1.train.pool_reward import PoolReward
+
+    cfg = cfg or RewardConfig()
+    auditor = RewardAuditor(AuditConfig(**audit), cfg, judge, open_case_db(), db)
+    return PoolReward(
+        db,
+        NoPool(),
+        {GELU.name: GELU},
+        cfg,
+        auditor,
+        PhaseGate(shared=False),
+        group_size=group_size,
+        run_id=db.start_run(),
+        steps_file=tmp_path / "steps.jsonl",
+    )
+
+
+def score(reward, replies, step=1):
+    """``reward`` called as TRL calls it, on GELU completions ``replies`` (one prompt's group)."""
+    import asyncio
+
+    class State:
+        global_step = step
+
+    n = len(replies)
+    return asyncio.run(
+        reward(
+            prompts=[[]] * n,
+            completions=[[{"role": "assistant", "content": r}] for r in replies],
+            task=[GELU.name] * n,
+            prompt_hash=["h"] * n,
+            parent_ids=["[]"] * n,
+            trainer_state=State(),
+        )
+    )

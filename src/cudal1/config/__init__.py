@@ -37,6 +37,7 @@ from cudal1.config.search import (
 )
 from cudal1.config.train import (
     AuditConfig,
+    AuditOutcome,
     CollectConfig,
     ExportConfig,
     GRPOStageConfig,
@@ -51,6 +52,7 @@ from cudal1.config.train import (
 
 __all__ = [
     "AuditConfig",
+    "AuditOutcome",
     "BudgetConfig",
     "CollectConfig",
     "ComposeConfig",

@@ -73,7 +73,9 @@ ReportTo = Literal["tensorboard", "none"]
 ExportKind = Literal["sft", "contrastive"]
 LossType = Literal["grpo", "dapo", "dr_grpo", "bnpo"]
 ScaleRewards = Literal["group", "batch", "none"]
-AuditOutcome = Literal["keep", "zero", "reject"]
+# What an audit does with a suspicious reward: keep it, zero a positive one, reject it, or hold it
+# (capped to its group's median and listed until a person reviews it with `cudal1 audit`).
+AuditOutcome = Literal["keep", "zero", "reject", "hold"]
 
 
 class CollectConfig(StrictConfig):
@@ -220,10 +222,14 @@ class AuditConfig(StrictConfig):
         None, description="hacking-case database (default: hack-cases.db in the run directory)"
     )
     unsure: AuditOutcome = Field(
-        "zero", description="an 'unsure' verdict: keep the reward, zero a positive one, or reject"
+        "zero",
+        description="an 'unsure' verdict: keep the reward, zero a positive one, reject it, or hold it "
+        "(capped to its group's median and listed for `cudal1 audit RUN`)",
     )
     unaudited: AuditOutcome = Field(
-        "keep", description="a suspicious reward with no judge configured (logged either way)"
+        "hold",
+        description="a suspicious reward with no judge configured: hold it (capped to its group's "
+        "median and listed until reviewed with `cudal1 audit RUN`), keep, zero or reject it",
     )
 
 

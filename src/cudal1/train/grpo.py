@@ -77,15 +77,17 @@ def prompt_stream(
     db: CandidateDB, tasks: Sequence[Task], config: GRPOStageConfig
 ) -> Iterator[dict[str, Any]]:
     """Endless rows ``{prompt, task, prompt_hash, parent_ids}``: tasks in a seeded shuffled order,
-    each prompt built from the database as it is when the row is drawn."""
+    each prompt built from the database as it is when the row is drawn. A candidate whose reward
+    its audit withheld (held, or a hack) is no exemplar: its speedup would teach what it hides."""
     rng = random.Random(f"grpo:{config.seed}")
     for cycle in itertools.count():
         order = list(tasks)
         rng.shuffle(order)
         for task in order:
+            withheld = db.withheld()
             prompt = task_prompt(
                 task,
-                db.evaluated(task.name),
+                [r for r in db.evaluated(task.name) if r.id not in withheld],
                 config.exemplars,
                 random.Random(f"{config.seed}:{task.name}:{cycle}"),
             )

@@ -1,4 +1,4 @@
-"""The RL reward of one evaluated candidate.
+"""The RL reward of one evaluated candidate, and the cap on a held one.
 
 ``reward_from_result`` turns an ``EvalResult`` into one number, in this order:
 
@@ -29,6 +29,7 @@ completions per prompt. Normalising here as well would do it twice, so this modu
 from __future__ import annotations
 
 import math
+import statistics
 
 from cudal1.config import RewardConfig
 from cudal1.schema import EvalResult, Severity
@@ -77,3 +78,20 @@ def reward_from_result(
     reward = min(max(reward, cfg.min), cfg.max)
     warnings = sum(f.severity is Severity.WARNING for f in result.findings)
     return max(cfg.min, reward - cfg.warning_penalty * warnings)
+
+
+def cap_held(rewards: list[float | None], held: list[bool], group_size: int) -> list[float | None]:
+    """Each held reward capped to the median of the other rewards of its GRPO group (consecutive
+    ``group_size`` completions of one prompt), or to 0.0 (the bar's own reward) when nothing else
+    in the group has one. A held reward never rises, and a hack repeated across a group cannot
+    raise its own cap; TRL then ranks it near the middle of its group until a review decides."""
+    out = list(rewards)
+    for start in range(0, len(rewards), group_size):
+        group = range(start, min(start + group_size, len(rewards)))
+        others = [r for i in group if not held[i] and (r := rewards[i]) is not None]
+        cap = statistics.median(others) if others else 0.0
+        for i in group:
+            value = out[i]
+            if held[i] and value is not None:
+                out[i] = min(value, cap)
+    return out
