@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from cudal1.audit import HackCase, HackCaseDB, Judge, LLMJudge
@@ -30,6 +31,13 @@ from cudal1.run.database import AuditVerdict, CandidateDB, RewardAudit
 from cudal1.schema import EvalResult, Severity, Task
 
 log = logging.getLogger(__name__)
+
+CASES_FILE = "hack-cases.db"
+
+
+def case_db_path(run_dir: Path, config: AuditConfig) -> Path:
+    """A run's hacking-case database: the configured one, else ``hack-cases.db`` in the run."""
+    return Path(config.case_db) if config.case_db is not None else run_dir / CASES_FILE
 
 
 def make_judge(config: AuditConfig) -> Judge | None:

@@ -51,7 +51,7 @@ from cudal1.search.contrastive import task_prompt
 from cudal1.search.lifecycle import evaluate_rows
 from cudal1.search.prompts import prompt_hash
 from cudal1.search.seeds import SeedSet, load_seeds, seeds_first, store_round_zero
-from cudal1.train.auditing import RewardAuditor, make_judge
+from cudal1.train.auditing import RewardAuditor, case_db_path, make_judge
 from cudal1.train.models import (
     MODEL_DIR,
     ProgressCallback,
@@ -70,7 +70,7 @@ from cudal1.train.pool_reward import PoolReward
 
 log = logging.getLogger(__name__)
 
-STEPS_FILE, CASES_FILE = "steps.jsonl", "hack-cases.db"
+STEPS_FILE = "steps.jsonl"
 
 
 def prompt_stream(
@@ -181,7 +181,7 @@ def run_grpo(
     args = grpo_arguments(config, out, device)
     with (
         run.session() as db,
-        open_case_db(config.audit.case_db or out / CASES_FILE) as cases,
+        open_case_db(case_db_path(out, config.audit)) as cases,
         make_pool(config.eval, config.pool, devices=pool_devices(config)) as pool,
     ):
         run_id = start_session(db, run, tasks, config, note="grpo resume" if resume else "grpo")
