@@ -114,6 +114,7 @@ class Cost:
     gpu_seconds: float = 0.0
     wall_s: float = 0.0
     throughput: Throughput | None = None  # a run's (``run.throughput``); None for a verify report
+    reward_bar: str | None = None  # a GRPO run's ``reward.bar``: what its reward counted speedups over
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,7 @@ def run_source(run: RunRecord) -> Source:
         gpu_seconds=run.gpu_seconds,
         wall_s=run.wall_s,
         throughput=run.throughput,
+        reward_bar=run.reward_bar,
     )
     return Source(entries, cost)
 
@@ -395,12 +397,14 @@ def cost_table(sources: Sequence[Source]) -> TableSpec:
         Col("device-seconds", "dev-s", right=True),
         Col("wall s", "wall", drop=3, right=True),
     )
-    return TableSpec(
-        "cost",
-        columns,
-        rows,
-        caption="device-seconds: time the timing device (a GPU, or the CPU) was held alone, for timing",
+    bars = [f"{c.source}: {c.reward_bar}" for c in (s.cost for s in sources) if c.reward_bar]
+    notes = ["device-seconds: time the timing device (a GPU, or the CPU) was held alone, for timing"]
+    notes += (
+        [f"GRPO reward bar ({', '.join(bars)}; best-baseline: the faster of eager and torch.compile)"]
+        if bars
+        else []
     )
+    return TableSpec("cost", columns, rows, caption="; ".join(notes))
 
 
 def throughput_table(sources: Sequence[Source]) -> TableSpec | None:
