@@ -156,3 +156,30 @@ def test_html_page_renders_in_headless_chromium(run_dir: Path, tmp_path: Path) -
         timeout=120,
     )
     assert shot.is_file() and shot.stat().st_size > 20_000
+
+
+def test_report_of_a_grpo_run_says_its_reward_bar(tmp_path: Path) -> None:
+    """A GRPO run reads like a search run, with the bar its reward counted speedups over; a
+    run directory whose config is neither is bad input, not a traceback."""
+    from candidate_fixtures import make_result
+
+    from cudal1.config import GRPOStageConfig
+    from cudal1.run.database import Provenance
+    from cudal1.run.directory import RunDirectory, remember_tasks
+
+    run = RunDirectory(tmp_path / "grpo")
+    run.write_config(GRPOStageConfig())
+    with run.session() as db:
+        remember_tasks(db, [CONV])
+        for label, x, backend in (("torch-compile-default", 2.0, "baseline"), ("grpo-s3-1", 3.0, "policy")):
+            source = f"# {label}\n" + CONV.source.replace("class Model(", "class ModelNew(")
+            cand = db.add_candidate(CONV, source, Provenance(backend=backend), label=label)
+            db.record_result(cand, make_result(CONV.name, source, x))
+    result = CliRunner().invoke(app, ["report", str(run.path), "--format", "md"])
+    assert result.exit_code == 0, result.output
+    assert "GRPO reward bar" in result.stdout and "best-baseline" in result.stdout
+    assert "| over best baseline |" in result.stdout and "| 1.500x |" in result.stdout  # 3.0x over 2.0x
+    assert CliRunner().invoke(app, ["runs", "show", str(run.path)]).exit_code == 0
+    (run.path / "config.yaml").write_text("rounds: 1\noptim: {}\n")
+    result = CliRunner().invoke(app, ["report", str(run.path)])
+    assert result.exit_code == 2 and "not a search or GRPO run's config" in result.stderr

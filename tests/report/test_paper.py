@@ -51,10 +51,24 @@ def test_speedup_over_each_baseline() -> None:
     assert rows["graph"][1] == "3" and rows["eager"][4] == f"{(1.5 + 3.0 + 1.0) / 3:.3f}"
 
 
-def test_task_table_keeps_over_torch_compile_longest() -> None:
+def test_over_the_best_baseline_is_over_the_faster_of_eager_and_torch_compile() -> None:
+    assert ENTRIES[0].over_best() == 1.0  # kept the fastest torch.compile itself
+    assert ENTRIES[1].over_best() == 2.0  # 3.0x eager over torch.compile's 1.5x; a CUDA graph is no bar
+    assert ENTRIES[2].over_best() is None  # torch.compile did not verify here: no bar measured
+    assert (
+        entry("d", "llm-r1-s0", 1.2, **{"torch-compile-default": 0.8}).over_best() == 1.2
+    )  # eager is faster
+    rows = {r[0]: r for r in baseline_table(ENTRIES, "H100").plain_rows()}
+    assert rows["best"][1:5] == ["2", "2", "1", "1.500"]  # two tasks with a bar; mean of 1.0 and 2.0
+
+
+def test_task_table_keeps_over_best_baseline_then_over_torch_compile_longest() -> None:
     spec = task_table(ENTRIES)
     _, headings, _ = fit_columns(spec, 60)  # room for one baseline column
-    assert "/compile" in headings and "/graph" not in headings and "SOL%" not in headings
+    assert "/best" in headings and "/compile" not in headings and "SOL%" not in headings
+    _, headings, _ = fit_columns(spec, 70)  # room for two
+    assert "/best" in headings and "/compile" in headings and "/graph" not in headings
+    assert [r[4] for r in spec.plain_rows()] == ["1.000x", "2.000x", "-"]
 
 
 def test_a_cpu_run_is_not_compared_with_what_only_a_gpu_measures() -> None:

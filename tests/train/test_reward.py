@@ -1,4 +1,4 @@
-"""Reward smoothing on constructed results: gate, conservative log-speedup, snap, caps, penalties."""
+"""The reward on constructed results: gate, conservative log-speedup, snap, caps, penalties."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from cudal1.schema import Correctness, EvalResult, Finding, Severity, Stage, StageRecord, Timing
-from cudal1.train.reward import RewardConfig, reward_from_result, smooth_group
+from cudal1.train.reward import RewardConfig, reward_from_result
 
 CFG = RewardConfig()
 
@@ -118,18 +118,6 @@ def test_config_is_strict_and_documented() -> None:
         RewardConfig(min=0.5)
     for name, info in RewardConfig.model_fields.items():
         assert info.description, name
-
-
-def test_smooth_group() -> None:
-    out = smooth_group([1.0, 2.0, 3.0])
-    assert sum(out) == pytest.approx(0.0)
-    assert out[2] == pytest.approx(1.2247, rel=1e-3)  # (3 - 2) / sqrt(2/3)
-    assert smooth_group([0.7, 0.7, 0.7]) == [0.0, 0.0, 0.0]
-    assert smooth_group([]) == []
-    spread = smooth_group([0.0] * 99 + [1.0], clip=3.0)
-    assert max(spread) == 3.0
-    with pytest.raises(ValueError):
-        smooth_group([1.0, math.nan])
 
 
 def test_an_evaluator_error_has_no_reward_and_leaves_the_step_metrics_alone():

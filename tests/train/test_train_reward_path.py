@@ -29,7 +29,9 @@ class ContentJudge(ScriptedJudge):
     def __init__(self) -> None:
         super().__init__([])
 
-    async def judge(self, task_source: str, candidate_source: str, result_summary: Any, cases: Any) -> JudgeVerdict:
+    async def judge(
+        self, task_source: str, candidate_source: str, result_summary: Any, cases: Any
+    ) -> JudgeVerdict:
         self.calls.append({"candidate": candidate_source, "summary": result_summary})
         if "x.copy_" in candidate_source:
             return JudgeVerdict("hack", "writes its output into the input")
@@ -78,7 +80,7 @@ def test_rewards_of_a_batch_with_a_rejected_and_an_unparseable_reply(
             )
         )
         rows = db._query("SELECT * FROM candidates ORDER BY id")
-        audit = json.loads(db.get_meta(f"audit:{rows[1].id}") or "{}")
+        audit = db.audits(rows[1].id)[0]
         hack_cases = [c for c in cases.all() if c.category == "found in training"]
 
     good, hack, unparsed, repeat = rewards
@@ -90,7 +92,7 @@ def test_rewards_of_a_batch_with_a_rejected_and_an_unparseable_reply(
     assert released == ["released"]  # the device was released once, before the batch was timed
     assert not gate.busy
     # the rejection's finding is new to the run: audited, confirmed, and added as a case
-    assert audit["verdict"] == "hack" and len(judge.calls) >= 1
+    assert audit.verdict == "hack" and audit.action == "reject" and len(judge.calls) >= 1
     assert len(hack_cases) == 1 and "x.copy_" in hack_cases[0].code
     assert metrics["cudal1/parse_failure_rate"] == 0.25 and metrics["cudal1/reject_rate"] == 0.25
     step = json.loads((tmp_path / "steps.jsonl").read_text().splitlines()[0])

@@ -61,3 +61,75 @@ def make_result(task: str, source: str, speedup: float | None, *, correct: bool 
         timing=timing,
         findings=findings,
     )
+
+
+def variant(i: int) -> str:
+    """A correct GELU reply whose source differs from every other ``variant``'s."""
+    return GOOD.replace("{i}", str(i))
+
+
+def store_evaluated(
+    db, task, reply: str, speedup: float | None, *, label: str, backend: str = "policy", **kw
+):
+    """Store ``reply`` as ``task``'s candidate with a result already recorded (as if evaluated);
+    returns its id. ``kw``: ``make_result`` options (``correct``, ``reject``)."""
+    from cudal1.run.database import Provenance
+    from cudal1.search.lifecycle import store_reply
+
+    cand_id, error = store_reply(db, task, reply, Provenance(backend=backend), label=label)
+    assert error is None, error
+    db.record_result(cand_id, make_result(task.name, db.get(cand_id).source, speedup, **kw))
+    return cand_id
+
+
+class NoPool:
+    """A pool for reward tests whose completions all repeat stored candidates: never asked."""
+
+    devices: tuple[str, ...] = ()
+
+    async def evaluate(self, *args, **kwargs):
+        raise AssertionError("every completion should reuse a stored result")
+
+
+def reward_over_stored(db, tmp_path, cfg=None, *, judge=None, group_size=2, **audit):
+    """GRPO's reward (``PoolReward``) over ``db`` with no pool: every completion scored must
+    repeat a stored candidate. ``audit``: ``AuditConfig`` fields; ``steps.jsonl`` in ``tmp_path``."""
+    from cudal1.audit import open_case_db
+    from cudal1.config import AuditConfig, RewardConfig
+    from cudal1.train.auditing import RewardAuditor
+    from cudal1.train.phases import PhaseGate
+    from cudal1.train.pool_reward import PoolReward
+
+    cfg = cfg or RewardConfig()
+    auditor = RewardAuditor(AuditConfig(**audit), cfg, judge, open_case_db(), db)
+    return PoolReward(
+        db,
+        NoPool(),
+        {GELU.name: GELU},
+        cfg,
+        auditor,
+        PhaseGate(shared=False),
+        group_size=group_size,
+        run_id=db.start_run(),
+        steps_file=tmp_path / "steps.jsonl",
+    )
+
+
+def score(reward, replies, step=1):
+    """``reward`` called as TRL calls it, on GELU completions ``replies`` (one prompt's group)."""
+    import asyncio
+
+    class State:
+        global_step = step
+
+    n = len(replies)
+    return asyncio.run(
+        reward(
+            prompts=[[]] * n,
+            completions=[[{"role": "assistant", "content": r}] for r in replies],
+            task=[GELU.name] * n,
+            prompt_hash=["h"] * n,
+            parent_ids=["[]"] * n,
+            trainer_state=State(),
+        )
+    )

@@ -3,7 +3,8 @@ maps the outcome to an exit code (codes, consoles and errors: ``cli.common``).
 
 One module per command: ``tasks`` (``tasks list``), ``eval_cmd`` (``eval``), ``verify``,
 ``optimize``, ``runs`` (``runs show``), ``export``, ``report``, ``collect``, ``dataset``
-(``dataset export``) and ``train`` (``train sft|selfsup|grpo``); long commands show progress through ``cli.progress``.
+(``dataset export``), ``train`` (``train sft|selfsup|grpo``) and ``audit`` (a GRPO run's held
+rewards); long commands show progress through ``cli.progress``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from cudal1.cli.audit import audit_command
 from cudal1.cli.collect import collect_command
 from cudal1.cli.common import EXIT_OK, console, reflow_help
 from cudal1.cli.dataset import dataset_app
@@ -65,6 +67,7 @@ app.command("collect")(collect_command)
 app.add_typer(dataset_app, name="dataset")
 app.add_typer(train_app, name="train")
 app.command("report")(report_command)
+app.command("audit")(audit_command)
 reflow_help(app)
 
 

@@ -34,7 +34,8 @@ def export_command(
     set_: Annotated[list[str] | None, typer.Option("--set", help="config override, e.g. seed=1")] = None,
     verbose: Annotated[bool, typer.Option("-v", "--verbose")] = False,
 ) -> None:
-    """Write verified candidates (correct, no rejecting finding), deduplicated by source hash and
+    """Write verified candidates (correct, no rejecting finding, no reward an audit withheld: see
+    `cudal1 audit`), deduplicated by source hash and
     split by task, as conversational prompt/completion rows with a card of counts per level and
     source."""
     setup_logging(verbose)

@@ -37,11 +37,13 @@ from cudal1.config.search import (
 )
 from cudal1.config.train import (
     AuditConfig,
+    AuditOutcome,
     CollectConfig,
     ExportConfig,
     GRPOStageConfig,
     LoraSettings,
     OptimSettings,
+    RewardBar,
     RewardConfig,
     SamplingSettings,
     SelfSupConfig,
@@ -50,6 +52,7 @@ from cudal1.config.train import (
 
 __all__ = [
     "AuditConfig",
+    "AuditOutcome",
     "BudgetConfig",
     "CollectConfig",
     "ComposeConfig",
@@ -67,6 +70,7 @@ __all__ = [
     "OptimizeConfig",
     "PoolConfig",
     "RayPoolConfig",
+    "RewardBar",
     "RewardConfig",
     "SFTStageConfig",
     "SamplingSettings",

@@ -13,9 +13,18 @@ from cudal1.config.base import Device, StrictConfig
 from cudal1.config.eval import EvalConfig, PoolConfig
 from cudal1.config.search import SEED_FILES_HELP, BudgetConfig, ExemplarConfig, LLMConfig, Size
 
+RewardBar = Literal["eager", "best-baseline"]
+
 
 class RewardConfig(StrictConfig):
     """How an evaluation result becomes a scalar reward; every field is used below."""
+
+    bar: RewardBar = Field(
+        "best-baseline",
+        description="what a speedup is counted over: eager (the reference as written) or best-baseline "
+        "(the faster of eager and the task's torch.compile baselines measured in the same run; eager "
+        "while none has verified, which the step log says)",
+    )
 
     incorrect: float = Field(
         -1.0, description="Reward of a candidate that fails a stage, is incorrect or was not timed."
@@ -64,7 +73,9 @@ ReportTo = Literal["tensorboard", "none"]
 ExportKind = Literal["sft", "contrastive"]
 LossType = Literal["grpo", "dapo", "dr_grpo", "bnpo"]
 ScaleRewards = Literal["group", "batch", "none"]
-AuditOutcome = Literal["keep", "zero", "reject"]
+# What an audit does with a suspicious reward: keep it, zero a positive one, reject it, or hold it
+# (capped to its group's median and listed until a person reviews it with `cudal1 audit`).
+AuditOutcome = Literal["keep", "zero", "reject", "hold"]
 
 
 class CollectConfig(StrictConfig):
@@ -211,10 +222,14 @@ class AuditConfig(StrictConfig):
         None, description="hacking-case database (default: hack-cases.db in the run directory)"
     )
     unsure: AuditOutcome = Field(
-        "zero", description="an 'unsure' verdict: keep the reward, zero a positive one, or reject"
+        "zero",
+        description="an 'unsure' verdict: keep the reward, zero a positive one, reject it, or hold it "
+        "(capped to its group's median and listed for `cudal1 audit RUN`)",
     )
     unaudited: AuditOutcome = Field(
-        "keep", description="a suspicious reward with no judge configured (logged either way)"
+        "hold",
+        description="a suspicious reward with no judge configured: hold it (capped to its group's "
+        "median and listed until reviewed with `cudal1 audit RUN`), keep, zero or reject it",
     )
 
 
@@ -231,7 +246,9 @@ class GRPOStageConfig(StrictConfig):
     loss_type: LossType = Field("dapo", description="TRL's loss normalisation")
     beta: float = Field(0.0, ge=0, description="KL coefficient against the initial model (0: no ref model)")
     scale_rewards: ScaleRewards = Field(
-        "group", description="advantages: (r - group mean) / spread of the group, the batch, or unscaled"
+        "group",
+        description="advantages: (r - group mean) / spread of the group, the batch, or unscaled (TRL's; "
+        "with the reward's clip, the paper's reward smoothing)",
     )
     mask_truncated: bool = Field(True, description="completions cut by max_tokens earn no gradient")
     exemplars: ExemplarConfig = Field(default_factory=ExemplarConfig, description="contrastive exemplars")

@@ -12,7 +12,9 @@ The numbers, as the CUDA-L1 paper reports them (arXiv 2507.14111; shared/researc
   faster = tasks above 1.01x; per level and over all;
 - against each baseline the run measured on the same device (torch.compile modes, CUDA graph,
   cuDNN flags): kept speedup / that baseline's speedup, so "over torch.compile" reads as in the
-  CUDA-L1 release tables. On a CPU the CUDA-only ones (CUDA graph, cuDNN flags, pairs holding
+  CUDA-L1 release tables; and "over best baseline": over the faster of eager and the task's
+  torch.compile baselines (``run.selection.best_baseline``, the bar GRPO's reward uses by
+  default), where a torch.compile baseline verified. On a CPU the CUDA-only ones (CUDA graph, cuDNN flags, pairs holding
   them) ran the reference unchanged: a run from before they were skipped there may hold them,
   and they are never reported as what their names say;
 - speed of light: the kept kernel's time against the device's physical floor (percent);
@@ -33,7 +35,7 @@ from typing import Any
 from cudal1.report.runs import FASTER, fmt_x
 from cudal1.report.tables import Cell, Col, TableSpec
 from cudal1.run.records import RunRecord, TaskRecord
-from cudal1.run.selection import PARTS, REFERENCE_LABEL, device_held_seconds
+from cudal1.run.selection import COMPILE_LABELS, PARTS, REFERENCE_LABEL, best_baseline, device_held_seconds
 from cudal1.run.throughput import Throughput
 from cudal1.schema import EvalResult
 from cudal1.search.transforms import cuda_only
@@ -92,6 +94,14 @@ class Entry:
             return None
         return 1.0 if label == self.label else self.speedup / base
 
+    def over_best(self) -> float | None:
+        """The kept kernel's speedup over the faster of eager and torch.compile (None unless a
+        torch.compile baseline verified on this task)."""
+        if self.speedup is None or not COMPILE_LABELS & self.baselines.keys():
+            return None
+        bar = best_baseline(self.baselines)
+        return 1.0 if bar.label == self.label else self.speedup / bar.speedup
+
 
 @dataclass(frozen=True)
 class Cost:
@@ -104,6 +114,7 @@ class Cost:
     gpu_seconds: float = 0.0
     wall_s: float = 0.0
     throughput: Throughput | None = None  # a run's (``run.throughput``); None for a verify report
+    reward_bar: str | None = None  # a GRPO run's ``reward.bar``: what its reward counted speedups over
 
 
 @dataclass(frozen=True)
@@ -162,6 +173,7 @@ def run_source(run: RunRecord) -> Source:
         gpu_seconds=run.gpu_seconds,
         wall_s=run.wall_s,
         throughput=run.throughput,
+        reward_bar=run.reward_bar,
     )
     return Source(entries, cost)
 
@@ -298,11 +310,14 @@ def baseline_table(entries: Sequence[Entry], gpu: str) -> TableSpec:
     """The kept kernel against every baseline measured in the same run on the same device."""
     mine = [e for e in entries if e.gpu == gpu]
     rows = [("eager", *_stat_cells(speedup_stats(e.speedup for e in mine)))]
+    best = [e.over_best() for e in mine if COMPILE_LABELS & e.baselines.keys()]
+    rows += [("best", *_stat_cells(speedup_stats(best)))] if best else []
     seen = baselines_seen(mine)
     for label in seen:
         compared = [e.over(label) for e in mine if label in e.baselines]
         rows.append((SHORT[label], *_stat_cells(speedup_stats(compared))))
-    legend = ", ".join(f"{SHORT[b]}: {BASELINES[b]}" for b in seen)
+    names = ["best: the faster of eager and torch.compile"] if best else []
+    legend = ", ".join(names + [f"{SHORT[b]}: {BASELINES[b]}" for b in seen])
     return TableSpec(
         f"speedup (x) over each baseline on {gpu}",
         (Col("over"), *STAT_COLUMNS),
@@ -321,10 +336,12 @@ def task_table(entries: Sequence[Entry]) -> TableSpec:
     columns += [Col("source", drop=1, wrap=True)] if sources else []
     columns += [Col("GPU", drop=2, wrap=True)] if many else []
     columns += [Col("kept", wrap=True), Col("over eager [95% CI]", "eager", right=True, wrap=True)]
+    best = any(COMPILE_LABELS & e.baselines.keys() for e in entries)
     # Dropped first at narrow widths: speed of light, then the baselines from the last listed, so
-    # that "over torch.compile" goes last; then the source and the GPU.
+    # that "over torch.compile" goes last of them; then "over best baseline", the source and the GPU.
+    columns += [Col("over best baseline", "/best", drop=3, right=True)] if best else []
     columns += [
-        Col(f"over {BASELINES[b]}", f"/{SHORT[b]}", drop=3 + k, right=True) for k, b in enumerate(seen)
+        Col(f"over {BASELINES[b]}", f"/{SHORT[b]}", drop=4 + k, right=True) for k, b in enumerate(seen)
     ]
     columns += [Col("% of SOL", "SOL%", drop=20, right=True)]
     rows = []
@@ -332,10 +349,15 @@ def task_table(entries: Sequence[Entry]) -> TableSpec:
         ci = f" [{e.ci_low:.2f}, {e.ci_high:.2f}]" if e.ci_low is not None and e.ci_high is not None else ""
         row: list[Cell] = [e.task, str(e.level), *([e.source] if sources else []), *([e.gpu] if many else [])]
         row += [e.label or "none correct", fmt_x(e.speedup) + ci if e.speedup is not None else "-"]
+        row += [fmt_x(e.over_best())] if best else []
         row += [fmt_x(e.over(b)) for b in seen]
         row.append("-" if e.sol_percent is None else f"{e.sol_percent:.1f}")
         rows.append(tuple(row))
-    caption = "/X: the kept kernel's speedup over baseline X" if seen else ""
+    notes = ["/X: the kept kernel's speedup over baseline X"] if seen else []
+    notes += (
+        ["best: the faster of eager and torch.compile in the same run (GRPO's reward bar)"] if best else []
+    )
+    caption = "; ".join(notes)
     return TableSpec("per task", tuple(columns), tuple(rows), caption=caption)
 
 
@@ -375,12 +397,14 @@ def cost_table(sources: Sequence[Source]) -> TableSpec:
         Col("device-seconds", "dev-s", right=True),
         Col("wall s", "wall", drop=3, right=True),
     )
-    return TableSpec(
-        "cost",
-        columns,
-        rows,
-        caption="device-seconds: time the timing device (a GPU, or the CPU) was held alone, for timing",
+    bars = [f"{c.source}: {c.reward_bar}" for c in (s.cost for s in sources) if c.reward_bar]
+    notes = ["device-seconds: time the timing device (a GPU, or the CPU) was held alone, for timing"]
+    notes += (
+        [f"GRPO reward bar ({', '.join(bars)}; best-baseline: the faster of eager and torch.compile)"]
+        if bars
+        else []
     )
+    return TableSpec("cost", columns, rows, caption="; ".join(notes))
 
 
 def throughput_table(sources: Sequence[Source]) -> TableSpec | None:

@@ -163,8 +163,8 @@ def summarize_run(run: RunRecord) -> RunSummary:
     return RunSummary(
         run_dir=str(run.run_dir),
         llm=run.llm,
-        rounds=run.config.rounds,
-        samples=run.config.samples,
+        rounds=run.config.rounds if run.config is not None else 0,
+        samples=run.config.samples if run.config is not None else 0,
         device=env.device if env else None,
         gpu=env.environment.gpu if env else None,
         llm_calls=run.ledger["calls"],
@@ -181,7 +181,7 @@ def summarize_run(run: RunRecord) -> RunSummary:
         evaluations_per_device_hour=run.throughput.per_device_hour,
         device_held_share=run.throughput.held_share,
         seconds_by_part={str(k): v for k, v in run.throughput.part_s.items()},
-        a_vs_a=run_a_vs_a(run) if run.config.a_vs_a else None,
+        a_vs_a=run_a_vs_a(run) if run.config is not None and run.config.a_vs_a else None,
     )
 
 

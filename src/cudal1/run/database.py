@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from cudal1.config import AuditOutcome
 from cudal1.schema import EvalResult, Task, source_hash
 from cudal1.storage import Migration, connect, migrate, timestamp
 
@@ -99,6 +100,25 @@ MIGRATIONS: tuple[Migration, ...] = (
         ALTER TABLE candidates ADD COLUMN origin TEXT NOT NULL DEFAULT '';
         ALTER TABLE candidates ADD COLUMN base_id INTEGER REFERENCES candidates(id);
         ALTER TABLE candidates ADD COLUMN claimed_speedup REAL;
+        """,
+    ),
+    # Issue 23: every audit of a suspicious reward (train/auditing.py), and a person's review of a
+    # held one (cudal1 audit): the held list outlives the session that held them.
+    Migration(
+        "0004_reward_audits",
+        """
+        CREATE TABLE reward_audits (
+            candidate_id INTEGER PRIMARY KEY REFERENCES candidates(id),
+            task TEXT NOT NULL,
+            reasons TEXT NOT NULL,
+            verdict TEXT NOT NULL CHECK (verdict IN ('hack', 'legit', 'unsure', 'unaudited')),
+            judge_reason TEXT NOT NULL DEFAULT '',
+            reward REAL NOT NULL,
+            action TEXT NOT NULL CHECK (action IN ('keep', 'zero', 'reject', 'hold')),
+            audited_at TEXT NOT NULL,
+            review TEXT CHECK (review IN ('confirmed', 'cleared')),
+            reviewed_at TEXT
+        );
         """,
     ),
 )
@@ -182,6 +202,37 @@ class CandidateRow:
         d["correct"] = None if d["correct"] is None else bool(d["correct"])
         d["final"] = bool(d["final"])
         return cls(**d)
+
+
+AuditVerdict = Literal["hack", "legit", "unsure", "unaudited"]  # the judge's, or no judge
+Review = Literal["confirmed", "cleared"]
+
+
+@dataclass(frozen=True)
+class RewardAudit:
+    """One suspicious reward's audit (``train.auditing``) and a person's review of it
+    (``cudal1 audit``)."""
+
+    candidate_id: int
+    task: str
+    reasons: tuple[str, ...]  # why the result was suspicious
+    verdict: AuditVerdict
+    judge_reason: str
+    reward: float  # before the audit
+    action: AuditOutcome  # what the audit did with the reward
+    audited_at: str = ""
+    review: Review | None = None
+    reviewed_at: str | None = None
+
+    @property
+    def held(self) -> bool:
+        """Waiting for a review (capped to its group's median meanwhile)."""
+        return self.action == "hold" and self.review is None
+
+    @property
+    def counts_in_full(self) -> bool:
+        """Kept by the audit, or cleared by a review: the reward counts as measured."""
+        return self.review == "cleared" or (self.review is None and self.action == "keep")
 
 
 @dataclass(frozen=True)
@@ -269,6 +320,42 @@ class CandidateDB:
         with self._lock:
             row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else row[0]
+
+    # -- reward audits ---------------------------------------------------------------------------
+
+    def record_audit(self, audit: RewardAudit) -> None:
+        """Store a candidate's audit, replacing an earlier one (a re-audit by a judge)."""
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO reward_audits (candidate_id, task, reasons, verdict, judge_reason,"
+                " reward, action, audited_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (audit.candidate_id, audit.task, json.dumps(list(audit.reasons)), audit.verdict,
+                 audit.judge_reason, audit.reward, audit.action, timestamp()),
+            )  # fmt: skip
+
+    def review_audit(self, cand_id: int, review: Review) -> None:
+        """Record a person's review of a candidate's audit."""
+        with self.transaction() as conn:
+            cur = conn.execute(
+                "UPDATE reward_audits SET review = ?, reviewed_at = ? WHERE candidate_id = ?",
+                (review, timestamp(), cand_id),
+            )
+            if cur.rowcount != 1:
+                raise KeyError(f"candidate {cand_id} has no audit")
+
+    def audits(self, cand_id: int | None = None) -> list[RewardAudit]:
+        """Every audit of the run (or ``cand_id``'s), by candidate id."""
+        where, params = ("WHERE candidate_id = ?", (cand_id,)) if cand_id is not None else ("", ())
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT * FROM reward_audits {where} ORDER BY candidate_id", params
+            ).fetchall()
+        return [_audit(dict(r)) for r in rows]
+
+    def withheld(self) -> set[int]:
+        """Candidates whose reward an audit did not let count in full (held, zeroed, rejected,
+        confirmed as a hack): no exemplar, no training row."""
+        return {a.candidate_id for a in self.audits() if not a.counts_in_full}
 
     # -- writes ----------------------------------------------------------------------------------
 
@@ -425,3 +512,8 @@ class CandidateDB:
         while n in done:
             n += 1
         return n
+
+
+def _audit(d: dict[str, Any]) -> RewardAudit:
+    d["reasons"] = tuple(json.loads(d["reasons"]))
+    return RewardAudit(**d)

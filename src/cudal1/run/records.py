@@ -3,7 +3,8 @@ per task, what ``runs show``, ``report`` and a finished ``optimize`` summarise (
 
 A task keeps the reference unless its kept candidate beat it beyond its interval on the reported
 measurement (``TaskRecord.faster``): the final re-evaluation's when the task has one, else the
-search's. Reading works on a finished, running or killed run alike.
+search's. Reading works on a finished, running or killed run alike, and on a GRPO run (what its
+completions found, and the bar its reward counted speedups over).
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudal1.config import OptimizeConfig
+from cudal1.config import ConfigError, GRPOStageConfig, OptimizeConfig, RewardBar
 from cudal1.run.database import CandidateDB, CandidateRow, TaskCounts
-from cudal1.run.directory import RunDirectory, final_record, stored_tasks
+from cudal1.run.directory import RunDirectory, RunError, final_record, stored_tasks
 from cudal1.run.selection import beats_reference, choose_best
 from cudal1.run.throughput import Throughput, run_throughput
 from cudal1.schema import EvalResult
@@ -54,7 +55,7 @@ class RunRecord:
     """A run as its directory holds it: config, LLM spend, bookkeeping and every task's state."""
 
     run_dir: Path
-    config: OptimizeConfig
+    config: OptimizeConfig | None  # None: a GRPO run, which has no search config
     llm: str | None  # the backend that ran (``prefix:model``), else the configured spec
     ledger: dict[str, Any]  # ``ledger_totals`` of the run's ledger file
     gpu_seconds: float  # ``device_held_seconds`` over every stored result, final re-evaluations included
@@ -63,17 +64,32 @@ class RunRecord:
     complete: bool
     tasks: tuple[TaskRecord, ...]
     throughput: Throughput  # over every stored result, final re-evaluations included
+    reward_bar: RewardBar | None = None  # a GRPO run's: what its reward counted speedups over
 
 
 def load_run(path: Path) -> RunRecord:
     """The run as its directory holds it now (so a running or killed run shows its progress)."""
     run = RunDirectory(path)
-    config = run.read_config(OptimizeConfig)
+    config, reward_bar = _configs(run)
     with run.open_db() as db:
-        return read_run(run, db, config)
+        return read_run(run, db, config, reward_bar)
 
 
-def read_run(run: RunDirectory, db: CandidateDB, config: OptimizeConfig) -> RunRecord:
+def _configs(run: RunDirectory) -> tuple[OptimizeConfig | None, RewardBar | None]:
+    """A search run's config, or a GRPO run's reward bar; RunError for any other config."""
+    try:
+        return run.read_config(OptimizeConfig), None
+    except ConfigError as search:
+        try:
+            return None, run.read_config(GRPOStageConfig).reward.bar
+        except ConfigError:
+            problems = "; ".join(search.problems)
+            raise RunError(f"{run.config_file}: not a search or GRPO run's config: {problems}") from None
+
+
+def read_run(
+    run: RunDirectory, db: CandidateDB, config: OptimizeConfig | None, reward_bar: RewardBar | None = None
+) -> RunRecord:
     """The run as it stands in its database, ledger and config."""
     stored = stored_tasks(db)
     tasks = task_records(db)
@@ -84,7 +100,7 @@ def read_run(run: RunDirectory, db: CandidateDB, config: OptimizeConfig) -> RunR
     return RunRecord(
         run_dir=run.path,
         config=config,
-        llm=db.get_meta("llm") or config.llm.spec,
+        llm=db.get_meta("llm") or (config.llm.spec if config is not None else None),
         ledger=run.ledger_totals(),
         gpu_seconds=throughput.held_s,
         wall_s=wall_s,
@@ -92,6 +108,7 @@ def read_run(run: RunDirectory, db: CandidateDB, config: OptimizeConfig) -> RunR
         complete=db.get_meta("complete") == "1",
         tasks=tasks,
         throughput=throughput,
+        reward_bar=reward_bar,
     )
 
 

@@ -1,7 +1,7 @@
 """What a run's stored results say, read the same way by every stage and report: the reference
 anchor's label, which candidate a task keeps (``choose_best``), whether it is worth recommending
-(``beats_reference``), how long a result held the timing device and where its seconds went
-(``phase_seconds``), and why a result is not ok.
+(``beats_reference``), the bar a kernel must beat (``best_baseline``), how long a result held
+the timing device and where its seconds went (``phase_seconds``), and why a result is not ok.
 
 Pure functions over ``CandidateRow`` and ``EvalResult``: the search, the training stages and the
 reports decide with these, so a run's kept kernel is the same whoever reads the run.
@@ -9,14 +9,22 @@ reports decide with these, so a run's kept kernel is the same whoever reads the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal, cast, get_args
 
+from cudal1.config import Transform
 from cudal1.run.database import CandidateRow
 from cudal1.schema import ALONE_PHASES, DevicePhase, EvalResult, Severity, Stage
 
 # The task's own program evaluated as a candidate: an A-vs-A measurement whose speedup should be 1.0.
 REFERENCE_LABEL = "reference"
+# torch.compile in every mode the built-in transforms know, alone or over channels_last: one line
+# of a user's code, so what a kernel must beat to be worth having (shared/DESIGN.md, "The bar":
+# on an H100 it beat the published CUDA-L1 kernel on 11 of 17 tasks where that kernel verifies).
+COMPILE_LABELS: frozenset[str] = frozenset(t for t in get_args(Transform) if t.startswith("torch-compile"))
+EAGER = "eager"
 # Stages that occupy the timing device; static checks and compilation are CPU work.
 DEVICE_STAGES = frozenset({Stage.LOAD, Stage.CORRECTNESS, Stage.TIMING})
 
@@ -97,6 +105,29 @@ def beats_reference(label: str, result: EvalResult | None) -> bool:
         and result.timing is not None
         and result.timing.ci_low > 1.0
     )
+
+
+@dataclass(frozen=True)
+class Bar:
+    """The speedup over eager a kernel is measured against: eager itself, or a torch.compile
+    baseline of the same task measured in the same run."""
+
+    label: str  # EAGER, or the baseline's label
+    speedup: float  # the baseline's speedup over eager (1.0 for eager)
+    note: str = ""  # why the bar is eager although the best baseline was asked for
+
+
+def best_baseline(measured: Mapping[str, float | None]) -> Bar:
+    """The faster of eager and the task's torch.compile baselines. ``measured``: the baselines
+    evaluated so far, by label, with their speedup over eager (None: failed, incorrect or
+    rejected); labels other than torch.compile's are ignored. With none that verified, the bar
+    is eager and its note says why."""
+    compiled = {label: s for label, s in measured.items() if label in COMPILE_LABELS}
+    ok = {label: s for label, s in compiled.items() if s is not None and math.isfinite(s) and s > 0}
+    if not ok:
+        return Bar(EAGER, 1.0, "torch.compile " + ("failed" if compiled else "not measured yet"))
+    label = max(sorted(ok), key=lambda name: ok[name])
+    return Bar(label, ok[label]) if ok[label] > 1.0 else Bar(EAGER, 1.0)
 
 
 def why_not_ok(result: EvalResult) -> str:

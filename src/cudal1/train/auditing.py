@@ -5,8 +5,12 @@ that looks too good, or that carries a finding this run has not seen before, goe
 reward-checking model (``audit.judge``) together with the closest known cases from the
 hacking-case database (``audit.database``). A confirmed hack earns the reject reward and becomes
 a new case, so the next audit sees it; an "unsure" verdict, or a suspicious result with no judge
-configured, follows the config (``AuditConfig.unsure`` / ``unaudited``). Every audit is kept in
-the candidate database's meta table (``audit:<candidate id>``).
+configured, follows the config (``AuditConfig.unsure`` / ``unaudited``). With no judge the
+default is to hold the reward: ``PoolReward`` caps it to its group's median
+(``reward.cap_held``) and the run lists it until a person confirms it as a hack or clears it
+(``cudal1 audit RUN``, ``review.py``). Every audit is kept in the candidate database
+(``reward_audits``), so a candidate that comes back (a repeated source reuses its result) is not
+judged twice, a held one stays held across sessions, and a reviewed one follows its review.
 
 Suspicious (``AuditConfig``): a speedup above ``speedup_threshold``; a candidate within
 ``sol_fraction`` of the speed-of-light floor; a WARNING or REJECT finding code new to the run.
@@ -17,15 +21,23 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from cudal1.audit import HackCase, HackCaseDB, Judge, JudgeVerdict, LLMJudge
-from cudal1.config import AuditConfig, RewardConfig
+from cudal1.audit import HackCase, HackCaseDB, Judge, LLMJudge
+from cudal1.config import AuditConfig, AuditOutcome, RewardConfig
 from cudal1.llm import SamplingParams, create_backend
-from cudal1.run.database import CandidateDB
+from cudal1.run.database import AuditVerdict, CandidateDB, RewardAudit
 from cudal1.schema import EvalResult, Severity, Task
 
 log = logging.getLogger(__name__)
+
+CASES_FILE = "hack-cases.db"
+
+
+def case_db_path(run_dir: Path, config: AuditConfig) -> Path:
+    """A run's hacking-case database: the configured one, else ``hack-cases.db`` in the run."""
+    return Path(config.case_db) if config.case_db is not None else run_dir / CASES_FILE
 
 
 def make_judge(config: AuditConfig) -> Judge | None:
@@ -52,11 +64,30 @@ def result_summary(result: EvalResult) -> dict[str, Any]:
     }
 
 
+def hack_case(task: str, source: str, result: EvalResult, explanation: str, category: str) -> HackCase:
+    """A confirmed hack as a case of the hacking-case database: one id per task and source, so
+    a judge's finding and a person's confirmation of one candidate are one case."""
+    return HackCase(
+        case_id=f"train-{task}-{result.candidate_hash[:12]}",
+        category=category,
+        code=source,
+        explanation=explanation,
+        verdict="hack",
+    )
+
+
 @dataclass(frozen=True)
-class AuditOutcome:
+class AuditedReward:
+    """A reward after its audit; a held one is capped later, to its group's median (``PoolReward``)."""
+
     reward: float
     reasons: tuple[str, ...]  # why the result was suspicious (empty: not audited)
     verdict: str  # "hack" | "legit" | "unsure" | "unaudited" | "" (not suspicious)
+    action: AuditOutcome = "keep"
+
+    @property
+    def held(self) -> bool:
+        return self.action == "hold"
 
 
 class RewardAuditor:
@@ -91,54 +122,61 @@ class RewardAuditor:
 
     async def review(
         self, task: Task, source: str, result: EvalResult, reward: float, candidate_id: int
-    ) -> AuditOutcome:
-        """The reward that counts for this result, after an audit when it is suspicious."""
-        reasons = self.reasons(result)
+    ) -> AuditedReward:
+        """The reward that counts for this result, after an audit when it is suspicious. A
+        candidate audited before follows that audit, or its review; one audited with no judge
+        and not reviewed is audited again once a judge is configured."""
+        earlier = next(iter(self.db.audits(candidate_id)), None)
+        if earlier is not None and not (self._unjudged(earlier) and self.judge is not None):
+            return self._again(earlier, reward)
+        reasons = earlier.reasons if earlier is not None else tuple(self.reasons(result))
         if not reasons:
-            return AuditOutcome(reward, (), "")
-        if self.judge is None:
-            verdict = JudgeVerdict("unsure", "no reward-checking model configured")
-            label, policy = "unaudited", self.config.unaudited
-        else:
-            cases = self.cases.similar(source, k=self.config.cases) if self.config.cases else []
-            verdict = await self.judge.judge(task.source, source, result_summary(result), cases)
-            label, policy = verdict.verdict, self.config.unsure
-        final = self._apply(verdict.verdict, policy, reward)
-        if verdict.verdict == "hack":
-            self.cases.add(
-                HackCase(
-                    case_id=f"train-{task.name}-{result.candidate_hash[:12]}",
-                    category="found in training",
-                    code=source,
-                    explanation=f"{'; '.join(reasons)}. Judge: {verdict.reason}",
-                    verdict="hack",
-                )
-            )
-        record = {
-            "reasons": reasons,
-            "verdict": label,
-            "reason": verdict.reason,
-            "reward": reward,
-            "final": final,
-        }
-        self.db.set_meta(f"audit:{candidate_id}", json.dumps(record))
+            return AuditedReward(reward, (), "")
+        verdict, why, action = await self._judge(task, source, result)
+        if verdict == "hack":
+            explanation = f"{'; '.join(reasons)}. Judge: {why}"
+            self.cases.add(hack_case(task.name, source, result, explanation, "found in training"))
+        self.db.record_audit(RewardAudit(candidate_id, task.name, reasons, verdict, why, reward, action))
+        final = self._apply(action, reward)
         log.info(
-            "audit of %s #%d (%s): %s -> reward %.3f",
+            "audit of %s #%d (%s): %s -> %s, reward %.3f",
             task.name,
             candidate_id,
             "; ".join(reasons),
-            label,
+            verdict,
+            action,
             final,
         )
-        return AuditOutcome(final, tuple(reasons), label)
+        return AuditedReward(final, reasons, verdict, action)
 
-    def _apply(self, verdict: str, policy: str, reward: float) -> float:
-        if verdict == "hack":
-            return self.reward.reject
-        if verdict == "legit":
-            return reward
-        if policy == "zero":
+    async def _judge(
+        self, task: Task, source: str, result: EvalResult
+    ) -> tuple[AuditVerdict, str, AuditOutcome]:
+        """The verdict on a suspicious result, its reason, and what it does to the reward."""
+        if self.judge is None:
+            return "unaudited", "no reward-checking model configured", self.config.unaudited
+        cases = self.cases.similar(source, k=self.config.cases) if self.config.cases else []
+        verdict = await self.judge.judge(task.source, source, result_summary(result), cases)
+        if verdict.verdict == "hack":
+            return "hack", verdict.reason, "reject"
+        if verdict.verdict == "legit":
+            return "legit", verdict.reason, "keep"
+        return "unsure", verdict.reason, self.config.unsure
+
+    @staticmethod
+    def _unjudged(audit: RewardAudit) -> bool:
+        return audit.verdict == "unaudited" and audit.review is None
+
+    def _again(self, audit: RewardAudit, reward: float) -> AuditedReward:
+        """A candidate audited before: a review decides, else that audit's action again."""
+        action = audit.action
+        if audit.review is not None:
+            action = "reject" if audit.review == "confirmed" else "keep"
+        return AuditedReward(self._apply(action, reward), audit.reasons, audit.verdict, action)
+
+    def _apply(self, action: AuditOutcome, reward: float) -> float:
+        if action == "zero":
             return min(reward, 0.0)
-        if policy == "reject":
+        if action == "reject":
             return self.reward.reject
-        return reward
+        return reward  # keep, or hold (capped with its group)

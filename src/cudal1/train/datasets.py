@@ -5,8 +5,10 @@
 (``save_to_disk``) with ``train`` and ``test`` splits (an empty one left out) plus a card (``README.md``). What goes in:
 
 - only verified candidates: correct on every checked input set and with no REJECT finding (a
-  WARNING does not exclude a row; it is visible in the card's counts as it is in every result);
-  the reference anchor (the task's own program renamed) only when asked;
+  WARNING does not exclude a row; it is visible in the card's counts as it is in every result),
+  whose reward no audit withheld (a reward held for review counts once ``cudal1 audit`` clears
+  it; one confirmed as a hack never does); the reference anchor (the task's own program renamed)
+  only when asked;
 - each (task, source hash) once, across runs: the first one read wins;
 - split by task, never by row, so that no task is seen on both sides (a model that memorised a
   task's variants must not be scored on that task); the split is a seeded hash of task names;
@@ -90,11 +92,12 @@ def read_verified(run_dirs: Sequence[Path], *, include_reference: bool = False) 
         if not run.db_file.is_file():
             raise ExportError(f"{run_dir}: no {DB_FILE}; not a cudal1 run directory")
         with run.open_db() as db:
+            withheld = db.withheld()
             for name, task in stored_tasks(db).items():
                 rows = db.evaluated(name)
                 for i, row in enumerate(rows):
                     key = (name, row.source_hash)
-                    if key in seen or not is_verified(row):
+                    if key in seen or not is_verified(row) or row.id in withheld:
                         continue
                     if row.label == REFERENCE_LABEL and not include_reference:
                         continue
@@ -188,7 +191,8 @@ def render_card(
         f"# cudal1 {config.kind} dataset",
         "",
         f"Exported from {len(run_dirs)} run(s): " + ", ".join(f"`{d}`" for d in run_dirs) + ".",
-        "Rows: verified candidates (correct, no rejecting finding), one per task and source hash; "
+        "Rows: verified candidates (correct, no rejecting finding, no reward an audit withheld), one per "
+        "task and source hash; "
         f"split by task (test fraction {config.test_fraction}, seed {config.seed}).",
         "",
     ]

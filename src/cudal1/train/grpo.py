@@ -8,7 +8,8 @@ What runs, per generation batch: ``prompt_stream`` builds each prompt live from 
 database (exemplars with their measured speedups, chosen and rendered by the search's own
 ``task_prompt``: the one-shot prompt while a task has no correct variant); TRL samples
 ``num_generations`` completions per prompt; ``PoolReward`` stores, evaluates, audits and scores
-them all at once; TRL normalises rewards within each group (``scale_rewards``) and updates the
+them all at once (a speedup counts over ``config.reward.bar``: by default the faster of eager and
+the task's torch.compile baselines, which round 0 measures); TRL normalises rewards within each group (``scale_rewards``) and updates the
 policy (LoRA by default). What the batch found is in the database before the next prompts are
 built, so better variants show up as exemplars: the paper's two loops together.
 
@@ -50,7 +51,7 @@ from cudal1.search.contrastive import task_prompt
 from cudal1.search.lifecycle import evaluate_rows
 from cudal1.search.prompts import prompt_hash
 from cudal1.search.seeds import SeedSet, load_seeds, seeds_first, store_round_zero
-from cudal1.train.auditing import RewardAuditor, make_judge
+from cudal1.train.auditing import RewardAuditor, case_db_path, make_judge
 from cudal1.train.models import (
     MODEL_DIR,
     ProgressCallback,
@@ -69,22 +70,24 @@ from cudal1.train.pool_reward import PoolReward
 
 log = logging.getLogger(__name__)
 
-STEPS_FILE, CASES_FILE = "steps.jsonl", "hack-cases.db"
+STEPS_FILE = "steps.jsonl"
 
 
 def prompt_stream(
     db: CandidateDB, tasks: Sequence[Task], config: GRPOStageConfig
 ) -> Iterator[dict[str, Any]]:
     """Endless rows ``{prompt, task, prompt_hash, parent_ids}``: tasks in a seeded shuffled order,
-    each prompt built from the database as it is when the row is drawn."""
+    each prompt built from the database as it is when the row is drawn. A candidate whose reward
+    its audit withheld (held, or a hack) is no exemplar: its speedup would teach what it hides."""
     rng = random.Random(f"grpo:{config.seed}")
     for cycle in itertools.count():
         order = list(tasks)
         rng.shuffle(order)
         for task in order:
+            withheld = db.withheld()
             prompt = task_prompt(
                 task,
-                db.evaluated(task.name),
+                [r for r in db.evaluated(task.name) if r.id not in withheld],
                 config.exemplars,
                 random.Random(f"{config.seed}:{task.name}:{cycle}"),
             )
@@ -178,17 +181,18 @@ def run_grpo(
     args = grpo_arguments(config, out, device)
     with (
         run.session() as db,
-        open_case_db(config.audit.case_db or out / CASES_FILE) as cases,
+        open_case_db(case_db_path(out, config.audit)) as cases,
         make_pool(config.eval, config.pool, devices=pool_devices(config)) as pool,
     ):
         run_id = start_session(db, run, tasks, config, note="grpo resume" if resume else "grpo")
         by_name = {t.name: t for t in tasks}
         gate = PhaseGate(shares_device(device, pool.devices), reserve=_reserver(pool, device))
         log.info(
-            "GRPO on %s, pool on %s, phases %s",
+            "GRPO on %s, pool on %s, phases %s, rewards over %s",
             device,
             pool.devices,
             "alternate" if gate.shared else "overlap",
+            config.reward.bar,
         )
         store_round_zero(
             db,

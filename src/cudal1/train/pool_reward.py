@@ -11,10 +11,13 @@ the prompts, the completions and the dataset's extra columns (``task``, ``prompt
 2. evaluates the new candidates together on the pool, inside the phase gate's ``evaluating()``
    (on a shared GPU nothing of the policy runs meanwhile: ``phases.py``);
 3. turns each result into the reward of ``train.reward.reward_from_result`` (parse failures and
-   failed stages earn ``incorrect``, rejections ``reject``), capped by the task's speed-of-light
-   time, then lets the auditor judge the suspicious ones (``auditing.py``);
+   failed stages earn ``incorrect``, rejections ``reject``) over the task's bar
+   (``reward_bar.py``: eager, or the faster of eager and torch.compile), capped by the task's
+   speed-of-light time, then lets the auditor judge the suspicious ones (``auditing.py``); a
+   held one (no judge) is capped to the median of the other rewards of its group
+   (``reward.cap_held``) and listed in ``steps.jsonl`` and the run's database;
 4. logs per-step metrics through TRL (``log_metric``: success rate, speedups, findings, group
-   spread) and appends the step's rewards, verified speedups and reward wall time to
+   spread) and appends the step's rewards, verified speedups, bars and reward wall time to
    ``steps.jsonl`` in the run directory (what the learning check and the training benchmark read).
 
 The candidates it stores feed the next prompts (``grpo.prompt_stream``): the paper's prompt-level
@@ -23,6 +26,7 @@ loop and parameter-level loop working together.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -37,9 +41,10 @@ from cudal1.eval.pool import Pool
 from cudal1.run.database import CandidateDB, CandidateStatus, Provenance
 from cudal1.schema import EvalResult, Task
 from cudal1.search.lifecycle import evaluate_rows, store_reply
-from cudal1.train.auditing import RewardAuditor
+from cudal1.train.auditing import AuditedReward, RewardAuditor
 from cudal1.train.phases import PhaseGate
-from cudal1.train.reward import reward_from_result
+from cudal1.train.reward import cap_held, reward_from_result
+from cudal1.train.reward_bar import RewardBars
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +85,7 @@ class PoolReward:
         self.db, self.pool, self.tasks, self.reward = db, pool, tasks, reward
         self.auditor, self.gate, self.group_size, self.run_id = auditor, gate, group_size, run_id
         self.steps_file = steps_file
+        self.bars = RewardBars(db, reward.bar)
 
     async def __call__(
         self,
@@ -99,26 +105,36 @@ class PoolReward:
         pending = [r for r in rows.values() if r.status is CandidateStatus.PENDING]
         with self.gate.evaluating():
             await evaluate_rows(self.db, self.pool, self.tasks, pending)
-        rewards: list[float | None] = []
-        results: list[EvalResult | None] = []
-        for cand_id, error in zip(ids, errors, strict=True):
-            row = self.db.get(cand_id)
-            result = row.result if error is None else None
-            results.append(result)
-            if result is None:  # a parse failure, or an evaluation the evaluator could not finish
-                rewards.append(self.reward.incorrect)
-                continue
-            if result.evaluator_error:
-                # The trusted side failed twice (eval/pool.py retries once alone): no verdict on
-                # the completion, so no reward; TRL skips a None reward for that sample.
-                rewards.append(None)
-                continue
-            value = reward_from_result(result, self.reward, sol_ms=sol_ms(result))
-            outcome = await self.auditor.review(self.tasks[row.task], row.source, result, value, cand_id)
-            rewards.append(outcome.reward)
-        timing = {"reward_wall_s": time.perf_counter() - started, "fresh_evaluations": len(pending)}
-        self._log(step, rewards, results, errors, log_metric, timing)
+        results = [self.db.get(i).result if e is None else None for i, e in zip(ids, errors, strict=True)]
+        audited = [await self._reward(i, r) for i, r in zip(ids, results, strict=True)]
+        held = [a is not None and a.held for a in audited]
+        rewards = cap_held([None if a is None else a.reward for a in audited], held, self.group_size)
+        extra = {
+            "reward_wall_s": time.perf_counter() - started,
+            "fresh_evaluations": len(pending),
+            "reward_bar": self.reward.bar,
+            "bars": {name: dataclasses.asdict(self.bars.bar(name)) for name in sorted(set(task))},
+            "held": [
+                {"candidate_id": i, "task": name, "reward": a.reward, "counted": r}
+                for i, name, a, r, h in zip(ids, task, audited, rewards, held, strict=True)
+                if h and a is not None
+            ],
+        }
+        self._log(step, rewards, results, errors, log_metric, extra)
         return rewards
+
+    async def _reward(self, cand_id: int, result: EvalResult | None) -> AuditedReward | None:
+        """One completion's reward over its task's bar, after the audit (None: no reward)."""
+        if result is None:  # a parse failure, or an evaluation the evaluator could not finish
+            return AuditedReward(self.reward.incorrect, (), "")
+        if result.evaluator_error:
+            # The trusted side failed twice (eval/pool.py retries once alone): no verdict on the
+            # completion, so no reward; TRL skips a None reward for that sample.
+            return None
+        bar = self.bars.bar(result.task)
+        value = reward_from_result(result, self.reward, sol_ms=sol_ms(result), bar=bar.speedup)
+        row = self.db.get(cand_id)
+        return await self.auditor.review(self.tasks[row.task], row.source, result, value, cand_id)
 
     def _store(
         self,
@@ -156,7 +172,7 @@ class PoolReward:
         results: list[EvalResult | None],
         errors: list[str | None],
         log_metric: Callable[[str, float], None] | None,
-        timing: dict[str, float],
+        extra: dict[str, Any],
     ) -> None:
         metrics = step_metrics(rewards, results, errors, self.group_size)
         if log_metric is not None:
@@ -164,12 +180,13 @@ class PoolReward:
                 if value is not None:
                     log_metric(f"cudal1/{name}", value)
         log.info(
-            "step %d: reward mean %.3f, success %.2f, parse failures %d/%d",
+            "step %d: reward mean %.3f, success %.2f, parse failures %d/%d, held %d",
             step,
             metrics["reward_mean"],
             metrics["success_rate"],
             sum(e is not None for e in errors),
             len(errors),
+            len(extra["held"]),
         )
         if self.steps_file is not None:
             speedups = [r.speedup for r in results if r is not None and r.speedup is not None]
@@ -180,7 +197,7 @@ class PoolReward:
                 "time": time.time(),
                 "rewards": rewards,
                 "speedups": speedups,
-                **timing,
+                **extra,
                 **metrics,
             }
             with self.steps_file.open("a", encoding="utf-8") as f:
