@@ -47,10 +47,14 @@ def precision(args: argparse.Namespace) -> list[dict]:
             row["runs"].append(_run_summary(res))
             if args.json:  # partial results survive a killed run
                 args.json.write_text(json.dumps({"precision_partial": list(rows.values())}))
-            console.print(f"  {req.request_id}: {'ok' if res.ok else 'FAILED ' + res.error[:120]}"
+            rejected = ", ".join(f.code for f in res.findings if f.severity.value == "reject")
+            console.print(f"  {req.request_id}: {'ok' if res.ok else 'FAILED ' + (res.error or rejected)[:120]}"
                           + (f" speedup {res.timing.speedup:.4f} +-{100 * res.timing.ci_half_width:.2f}%" if res.timing else ""))
     table = Table(title=f"A-vs-A precision ({args.repeats} repeats, timing budget {args.budget_s}s)")
-    for col in ("level", "task", "ref ms", "speedups", "CI half-width %", "goal %", "contains 1", "pass"):
+    # "ref after cand %": how much slower the reference ran right after the candidate than in its
+    # clean turns (checks/interference.py; A-vs-A shows the honest order effect, the margin is 10%).
+    cols = ("level", "task", "ref ms", "speedups", "CI half-width %", "goal %", "ref after cand %", "contains 1", "pass")
+    for col in cols:
         table.add_column(col, justify="right" if col not in ("task",) else "left")
     out = []
     for name in sorted(rows, key=lambda n: (rows[n]["level"], n)):
@@ -69,6 +73,7 @@ def precision(args: argparse.Namespace) -> list[dict]:
             " ".join(f"{r['speedup']:.4f}" if r["ok"] else "FAIL" for r in runs),
             " ".join(f"{r['half_width_pct']:.2f}" if r["ok"] else "-" for r in runs),
             f"{goal:.0f}",
+            " ".join(f"{100 * r['ref_after_cand']['slowdown']:+.1f}" if r.get("ref_after_cand") else "-" for r in runs),
             "yes" if contains else "no",
             "[green]yes[/green]" if row["passed"] else "[red]no[/red]",
         )
@@ -82,7 +87,9 @@ def precision(args: argparse.Namespace) -> list[dict]:
 
 def _run_summary(res: EvalResult) -> dict:
     if not res.ok or res.timing is None:
-        return {"ok": False, "error": res.error[:300]}
+        rejected = [f"{f.code}: {f.message}" for f in res.findings if f.severity.value == "reject"]
+        return {"ok": False, "error": res.error[:300] or "; ".join(rejected)[:300],
+                "ref_after_cand": dict(res.environment.reference_disturbance)}
     t = res.timing
     return {
         "ok": True,
@@ -96,6 +103,7 @@ def _run_summary(res: EvalResult) -> dict:
         "calls_per_sample": t.calls_per_sample,
         "stop": t.stop_reason,
         "workers_paused": res.environment.workers_paused_while_timed,
+        "ref_after_cand": dict(res.environment.reference_disturbance),
         "ref_ms_raw": list(t.ref_ms),
         "cand_ms_raw": list(t.cand_ms),
         "ref_wall_ms_raw": list(t.ref_wall_ms),

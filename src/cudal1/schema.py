@@ -332,6 +332,9 @@ class Environment:
     seed: int | None = None  # the base of the evaluation's input seeds
     device_s: Mapping[str, float] = field(default_factory=dict)  # seconds per ``DevicePhase``
     workers_paused_while_timed: int | None = None  # by the quiet window (``eval/quiet.py``)
+    # The reference's samples right after the candidate ran against its clean ones (sizes,
+    # medians, slowdown, p; ``eval/checks/interference.py``), whether or not it made a finding.
+    reference_disturbance: Mapping[str, Any] = field(default_factory=dict)
     float64_error: str | None = None  # why the reference's float64 twin could not run
     sol_error: str | None = None  # why no speed-of-light figure
     out_of_memory: bool = False  # the candidate's process ran out of device memory

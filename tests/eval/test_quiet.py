@@ -142,6 +142,26 @@ def test_a_suspended_worker_stops_and_its_stopped_time_is_not_a_timeout():
         assert _state(worker.proc.pid) != "T"
 
 
+def test_a_worker_let_go_at_its_next_request_stays_stopped_until_then():
+    """The timing's pause (``WorkerEndpoint``): resumed lazily, a worker stands still until the
+    evaluator next talks to it, and ``requests_sent`` tells whether it was talked to since."""
+    with WorkerProcess(SandboxConfig(call_timeout_s=30)) as worker:
+        worker.wait_ready()
+        worker.suspend()
+        worker.resume(at_next_request=True)
+        sent = worker.requests_sent
+        time.sleep(0.3)
+        assert _state(worker.proc.pid) == "T"  # still stopped: nothing was asked of it
+        worker.suspend()  # a second pause while still held: nested, let go by the same request
+        worker.resume(at_next_request=True)
+        assert worker.request(Command.PING, timeout=5.0)["ok"]
+        assert worker.requests_sent == sent + 1
+        assert _state(worker.proc.pid) != "T"
+        worker.suspend()
+        worker.resume()  # an ordinary resume lets it go at once
+        assert worker.request(Command.PING, timeout=5.0)["ok"]
+
+
 def test_the_pool_stops_a_loading_candidate_while_another_is_timed(task, fast_config, candidate):
     """A candidate still importing (a slow module body) is stopped for the other's sampling; both
     results come out right, and the timed one says how many workers stood still."""

@@ -12,6 +12,10 @@ afterwards; nothing else of the pool runs then except the two timed workers and 
 clock. Stopped time does not count against their timeouts (``WorkerProcess.suspend``), and a
 candidate worker is killed (its CUDA context torn down) only between windows.
 
+The timed pair's own candidate is not among them: the timing stops it during each of the
+reference's turns itself (``timing/paired.py``), and work it left on the GPU shows in the
+reference's times (``checks/interference.py``).
+
 What is not covered: GPU work a stopped worker queued before it stopped still runs to its end,
 and processes outside the pool (another program on the machine) are not stopped.
 """

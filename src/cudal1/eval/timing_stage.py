@@ -1,7 +1,9 @@
 """The timing stage: paired samples of reference and candidate (``timing.paired``) on inputs both
 workers make from secret seeds inside each timed request (their digests must agree), one call's
 output of the checked samples fetched afterwards and compared (the call drawn after the sample),
-the verdict of the trusted clock (``checks.clock``), the reference's drift against its clean
+the verdict of the trusted clock (``checks.clock``), whether work the candidate left behind slowed
+the reference (``checks.interference``: its process is stopped while the reference runs, and its
+leftover GPU work shows in the reference's own times), the reference's drift against its clean
 baseline (``checks.drift``), and the speed-of-light percentages with the physical-limit gate.
 
 Runs with the device and the reference's lock held, and, where the pool asks for it, inside a
@@ -20,6 +22,7 @@ from cudal1.config import EvalConfig
 from cudal1.eval.checks.clock import timing_verdict
 from cudal1.eval.checks.compare import Comparison
 from cudal1.eval.checks.drift import reference_drift
+from cudal1.eval.checks.interference import reference_disturbed
 from cudal1.eval.checks.stage_failure import StageFailed
 from cudal1.eval.devices import device_type
 from cudal1.eval.process.protocol import Command
@@ -27,7 +30,7 @@ from cudal1.eval.timing.paired import SampleInputs, measure_paired
 from cudal1.eval.timing.speed_of_light import DevicePeaks, Precision, Work, physical_gate, sol_ms
 from cudal1.eval.worker_pair import Seeds, WorkerPair
 from cudal1.eval.workers import WorkerEndpoint, default_build_cache
-from cudal1.schema import SpeedOfLight, Stage
+from cudal1.schema import Finding, SpeedOfLight, Stage
 
 
 def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContextManager[int]]) -> None:
@@ -59,7 +62,12 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
     timed_precision = pair.precision_tracker()
     levels = pair.first_levels()
 
+    # Processes of the candidate's that left its process group run on while it is stopped for
+    # the reference's turns: looked for before, at each output check and after the sampling.
+    outside_group = set(cand.outside_group())
+
     def check(sample: int, call: int, digests: list[Any]) -> str | None:
+        outside_group.update(cand.outside_group())
         fetched = cand.request_raw(Command.FETCH_OUTPUT, index=call)
         cmp, real = pair.compare(None, fetched, room, index=call)
         timed_precision.add(cmp, levels)
@@ -82,20 +90,32 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
     record.findings.extend(findings)
     if all(f.code != "reduced_precision" for f in record.findings):
         record.findings.extend(timed_precision.findings())
-    drift = reference_drift(
-        cache_root(pair.config) / "baselines",
-        record.timing,
-        pair.task.hash,
-        str(pair.ref.device_info.get("name")),
-        str(pair.ref.info.get("torch")),
-        pair.config.guards.reference_drift,
-    )
-    if drift is not None:
+    outside_group.update(cand.outside_group())
+    disturbed, disturbance = reference_disturbed(outcome, sorted(outside_group))
+    record.note(reference_disturbance=disturbance)
+    if disturbed is not None:
+        # Not compared with, nor stored as, the task's clean baseline: a disturbed reference
+        # evaluated first would have made later honest ones read as drifting.
+        record.findings.append(disturbed)
+    elif (drift := _drift(pair)) is not None:
         record.findings.append(drift)
     if outcome.failures:
         raise StageFailed(Stage.TIMING, outcome.failures[0])
     with record.phase("speed_of_light"):
         speed_of_light(pair, keys[0])
+
+
+def _drift(pair: WorkerPair) -> Finding | None:
+    """The reference's live median against its clean baseline (stored by the first call)."""
+    assert pair.record.timing is not None and pair.ref is not None
+    return reference_drift(
+        cache_root(pair.config) / "baselines",
+        pair.record.timing,
+        pair.task.hash,
+        str(pair.ref.device_info.get("name")),
+        str(pair.ref.info.get("torch")),
+        pair.config.guards.reference_drift,
+    )
 
 
 def timed_output_failure(

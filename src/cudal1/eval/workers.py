@@ -136,6 +136,20 @@ class WorkerEndpoint:
     def __init__(self, process: WorkerProcess) -> None:
         self.process = process
         self._rtt: float | None = None
+        self._requests_at_resume: int | None = None  # None: never paused yet
+
+    def pause(self) -> bool:
+        """Stop the worker's process group (SIGSTOP: every thread and child in it); whether it
+        may have run since the last ``resume``: it was sent a request since (or never paused)."""
+        ran = self._requests_at_resume != self.process.requests_sent
+        self.process.suspend()
+        return ran
+
+    def resume(self) -> None:
+        """The worker runs again at its next request, not before: between two turns of the
+        reference with no request of its own in between, it stays stopped throughout."""
+        self._requests_at_resume = self.process.requests_sent
+        self.process.resume(at_next_request=True)
 
     def warmup(self, min_calls: int, min_ms: float) -> Warmup:
         r = self.process.request(Command.WARMUP, min_calls=min_calls, min_ms=min_ms)

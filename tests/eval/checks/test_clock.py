@@ -64,6 +64,12 @@ class Side:
     def finish(self) -> TimedReply:
         return self.pending
 
+    def pause(self) -> bool:
+        return True
+
+    def resume(self) -> None:
+        pass
+
 
 def _inputs() -> SampleInputs:
     return SampleInputs(lambda: 7, lambda label, want, got: None)
@@ -206,7 +212,7 @@ def test_every_group_is_compared_and_the_lowest_trusted_figure_of_those_that_dis
     of their trusted figures decides (here the main samples', which lack the host's launches)."""
     clock = Clock()
     ref = Side(clock, 0.2, seed=1)
-    cand = Side(clock, 0.1, late_ms=1.0, late_short_only=False, seed=2)
+    cand = Side(clock, 0.1, late_ms=1.5, late_short_only=False, seed=2)  # 0.25 ms a call in all
     timing, findings = _verdict(ref, cand, launch_samples=12)
     (finding,) = findings
     assert finding.code == "clock_disagreement" and finding.evidence["groups"] == ["wall", "launch_wall"]
@@ -221,7 +227,7 @@ def test_long_lead_samples_alone_hiding_work_are_caught_where_the_short_ones_are
 
     class LongLeadsOnly(Side):
         def start(self, request: SampleRequest) -> None:
-            self.late_ms = 0.0 if request.lead_us is not None and request.lead_us <= 1000 else 1.0
+            self.late_ms = 0.0 if request.lead_us is not None and request.lead_us <= 1000 else 1.5  # 0.25 ms a call
             super().start(request)
 
     ref, cand = Side(clock, 0.2, seed=1), LongLeadsOnly(clock, 0.1, late_short_only=False, seed=2)

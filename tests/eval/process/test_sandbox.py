@@ -233,3 +233,42 @@ def test_a_module_planted_in_the_sandbox_never_shadows_a_trusted_import():
 def test_worker_import_path_drops_entries_that_mean_the_working_directory():
     assert sandbox.import_path("/src", "") == "/src"
     assert sandbox.import_path("/src", "/a::relative:.:/src:/b:") == "/src:/a:/b"
+
+
+# At import: a child that leaves the worker's process group (setsid), and a grandchild of a
+# double fork whose parent is then init (the middle process exits); both sleep. A plain child
+# stays in the group.
+LEAVING_CANDIDATE = """
+import os, subprocess, time
+subprocess.Popen(["sleep", "600"], start_new_session=True)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(600)
+    os._exit(0)
+os.wait()
+subprocess.Popen(["sleep", "600"])
+class ModelNew:
+    pass
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_processes_that_leave_the_group_are_found_and_killed_with_the_worker():
+    """Neither SIGSTOP nor SIGKILL to the group reaches them: ``outside_group`` finds them (the
+    timing rejects a candidate that has any: ``reference_disturbed``), and closing the worker
+    kills them too. The plain child is in the group and not listed."""
+    worker = WorkerProcess(SandboxConfig(call_timeout_s=60))
+    try:
+        worker.request(Command.LOAD_CANDIDATE, source=LEAVING_CANDIDATE)
+        deadline = time.monotonic() + 10
+        while len(strays := worker.outside_group()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(strays) == 2
+        assert all(os.getpgid(pid) != worker.proc.pid for pid in strays)
+    finally:
+        worker.close()
+    deadline = time.monotonic() + 10
+    while any(_running(pid) for pid in strays) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_running(pid) for pid in strays), "a process that left the group outlived its worker"

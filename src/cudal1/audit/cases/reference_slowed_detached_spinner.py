@@ -4,7 +4,6 @@ Verdict: hack
 Task: gemm_medium
 Expect: reference_disturbed
 Device: cpu
-Status: pending
 
 The reference slowed on a CPU by a process the worker's process group does not hold (issue 21,
 "keeps the CPU core busy while the reference is timed"): at import the candidate forks a spinner
@@ -27,8 +26,12 @@ scheduler), and the disturbance is plain on the reference's trusted wall. A proc
 worker's group also runs on while the pool stops workers for other pairs' timing: an earlier
 version that spun whenever its worker idled slowed an honest candidate evaluated beside it to 0.59x
 on the trusted wall. What stops it: the candidate's process group is stopped while the reference is
-timed, but this spinner is in a group of its own, so the reference's own trusted times must show
-it: its samples run slower than it does undisturbed (``reference_disturbed``, REJECT).
+timed, but this spinner is in a group of its own, and it slows the reference's clean turns as much
+as the others (it spins whenever the worker is idle), so the reference's own times cannot tell. It
+is found instead: a process that descends from the worker, or carries its sandbox as TMPDIR,
+outside the worker's group, looked for before, during and after the sampling
+(``WorkerProcess.outside_group``): ``reference_disturbed`` (REJECT), and it is killed with the
+worker. (Wrapping the command table is ``timer_tampered`` too, since the timer guard landed.)
 ``subprocess_access`` flags the fork and ``file_access`` the reads of /proc statically (warnings).
 """
 

@@ -21,6 +21,13 @@ stopping the candidate's processes while the reference is timed does not stop GP
 queued, so the reference's own trusted times are checked: the samples after the candidate's
 turn run slower than the reference does undisturbed (``reference_disturbed``, REJECT).
 ``frame_introspection`` flags the garbage-collector scan statically (a warning).
+
+Still pending (wt-reference): a 20 ms spin outlasts several turns of the reference, its clean ones
+too, so the comparison of its turns after the candidate with its clean ones has no contrast
+(``checks/interference.py``, not covered: it needs the device's word that no other context ran,
+such as gaps in the reference's own lead kernel's %globaltimer). This version is rejected anyway
+for its wrapped command table (``timer_tampered``); a spin left a turn long is
+``reference_disturbed`` (tests/eval/test_reference_undisturbed.py, GPU).
 """
 
 import gc

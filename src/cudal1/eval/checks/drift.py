@@ -1,12 +1,17 @@
 """Clean reference baselines for the drift guard (shared/research/reward-hacks.md, "slow-reference").
 
 The reference is timed live in its own worker, which never loads candidate code, so a candidate
-cannot slow it from inside. What is left is the machine: throttling, a noisy neighbour, a changed
-driver, or sabotage this design has not foreseen. The first timed evaluation of a task on a
-device stores the reference's median per call; later ones compare their live median with it
-(``drift_finding``). A baseline is keyed by task hash, device name, torch version and
-calls per sample (K changes what a per-call time includes), and is never overwritten: delete the
-file to re-baseline after a deliberate change.
+cannot slow it from inside; from outside, its process is stopped while the reference runs, and
+work it left on the GPU that slowed the reference is ``reference_disturbed``
+(``checks/interference.py``). What is left is the machine: throttling, a noisy neighbour, a
+changed driver, or sabotage this design has not foreseen. The first timed evaluation of a task on
+a device whose reference was not found disturbed stores the reference's median per call; later
+ones compare their live median with it (``drift_finding``). A candidate evaluated first that
+slowed the reference by less than that check's margin (10%) stores a baseline that much slower,
+and later honest runs then read up to 10% faster: inside the 15% this warns at, and only ever a
+warning. A baseline is keyed by task hash, device name, torch version and calls per sample (K
+changes what a per-call time includes), and is never overwritten: delete the file to re-baseline
+after a deliberate change.
 """
 
 from __future__ import annotations

@@ -29,6 +29,11 @@ What is not covered (needs an OS sandbox such as seccomp/landlock or a container
 - a candidate can still read files the evaluator's user can read, open sockets, or write
   outside its directory, including into the shared extension build cache under a different
   source hash. Static checks flag such code; the evaluator never trusts a worker's numbers;
+- a process the candidate starts that leaves the worker's process group (``setsid``) is not
+  stopped with it (quiet windows; the reference's turns of the timing). It is found, while the
+  worker lives, as its descendant or by the sandbox as its TMPDIR (``outside_group``: the timing
+  rejects it, and it is killed with the worker); one that also rewrote its environment after a
+  double fork is not found;
 - the processes a worker starts (its compilers) are not signalled when the evaluator dies: the
   parent-death signal is per process and cannot be set for them. A running one ends with its
   build; one stopped for a quiet window at that moment stays stopped until the next run on the
@@ -129,6 +134,44 @@ def kill_leftovers(sandboxes: list[Path]) -> int:
     return killed
 
 
+def processes_outside_group(pid: int, sandbox: Path) -> list[int]:
+    """Live processes started from worker ``pid`` that are not in its process group (``setsid``):
+    its descendants, and any process whose environment names ``sandbox`` as TMPDIR (what a double
+    fork leaves behind, with init as its parent). A scan of /proc: a few ms."""
+    mark = f"\0TMPDIR={sandbox}\0".encode()
+    parent: dict[int, int] = {}
+    found: set[int] = set()
+    try:
+        entries = list(Path("/proc").iterdir())
+    except OSError:  # no /proc: not Linux
+        return []
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        other = int(entry.name)
+        try:
+            state, ppid, pgrp = (entry / "stat").read_text().rpartition(")")[2].split()[:3]
+        except (OSError, ValueError):  # gone meanwhile
+            continue
+        parent[other] = int(ppid)
+        if int(pgrp) == pid or state in ("Z", "X"):
+            continue
+        found.add(other)  # outside the group; kept below if it came from the worker
+    started = set()
+    for other in found:
+        with contextlib.suppress(OSError):
+            if mark in b"\0" + (Path("/proc") / str(other) / "environ").read_bytes():
+                started.add(other)
+                continue
+        ancestor, hops = parent.get(other, 0), 0
+        while ancestor > 1 and hops < 64:  # a loop in a racing /proc ends here
+            if ancestor == pid:
+                started.add(other)
+                break
+            ancestor, hops = parent.get(ancestor, 0), hops + 1
+    return sorted(started)
+
+
 def import_path(src_root: str, inherited: str) -> str:
     """PYTHONPATH for a worker: cudal1's source root, then the inherited entries that name a
     directory. An empty or relative entry would put the worker's own directory (its cwd, which
@@ -227,11 +270,13 @@ class WorkerProcess:
         self.ready = False
         self.closed = False
         # Suspension (``suspend``/``resume``): nested holds, and the seconds spent stopped, which
-        # the reply timeouts do not count.
+        # the reply timeouts do not count; holds let go only at the next request (``resume``).
         self._pause_lock = threading.Lock()
         self._holds = 0
+        self._held_until_request = 0
         self._paused_at = 0.0
         self._paused_s = 0.0
+        self.requests_sent = 0  # requests sent to it: whether it ran since (``resume``)
 
     def _environment(self, extra: dict[str, str]) -> dict[str, str]:
         env = {k: os.environ[k] for k in self.config.keep_env if k in os.environ}
@@ -301,12 +346,14 @@ class WorkerProcess:
 
     def send(self, cmd: Command, **args: Any) -> None:
         """Send without waiting, for a caller that times the round trip itself (see ``receive``)."""
+        self._wake(request=True)
         self.conn.send_bytes(encode({"cmd": cmd.value, **args}))
 
     def _send(self, cmd: Command, args: dict[str, Any]) -> None:
         if not cmd.accepts(self.role):
             raise ValueError(f"{cmd.value!r} is not a command for a {self.role} worker")
         self.wait_ready()
+        self._wake(request=True)
         try:
             self.conn.send_bytes(encode({"cmd": cmd.value, **args}))
         except OSError as exc:
@@ -349,6 +396,7 @@ class WorkerProcess:
         return reply
 
     def _receive_bytes(self, timeout: float, what: str) -> bytes:
+        self._wake()  # a process held until its next request cannot reply: let it run
         try:
             if not self._poll(timeout, what):
                 self.kill()
@@ -433,14 +481,35 @@ class WorkerProcess:
                 self._paused_at = time.monotonic()
                 self._signal_group(signal.SIGSTOP)
 
-    def resume(self) -> None:
+    def resume(self, *, at_next_request: bool = False) -> None:
+        """Let go of one ``suspend`` hold. ``at_next_request``: only when the evaluator next sends
+        the worker a request (or waits for a reply from it), so that it stays stopped through
+        whatever the evaluator does meanwhile: the timing keeps a candidate stopped from the
+        reference's turn until its own next request (``timing/paired.py``), and
+        ``requests_sent`` tells whether it ran in between."""
         with self._pause_lock:
             if self._holds == 0:
                 return
-            self._holds -= 1
-            if self._holds == 0:
-                self._signal_group(signal.SIGCONT)
-                self._paused_s += time.monotonic() - self._paused_at
+            if at_next_request:
+                self._held_until_request += 1
+                return
+            self._release()
+
+    def _release(self) -> None:
+        """One hold less (the caller holds ``_pause_lock``); the group runs again at the last."""
+        self._holds -= 1
+        if self._holds == 0:
+            self._signal_group(signal.SIGCONT)
+            self._paused_s += time.monotonic() - self._paused_at
+
+    def _wake(self, *, request: bool = False) -> None:
+        """Before a request is sent (counted) or a reply awaited: let go of the holds kept until then."""
+        with self._pause_lock:
+            self.requests_sent += request
+            while self._held_until_request:
+                self._held_until_request -= 1
+                if self._holds:
+                    self._release()
 
     def paused_s(self) -> float:
         """Seconds spent suspended so far (including a suspension still in progress)."""
@@ -455,10 +524,17 @@ class WorkerProcess:
     def alive(self) -> bool:
         return not self.closed and self.proc.poll() is None
 
+    def outside_group(self) -> list[int]:
+        """Processes the worker started that left its process group: neither ``suspend`` nor the
+        group's kill reaches them (``processes_outside_group``)."""
+        return processes_outside_group(self.proc.pid, self.dir)
+
     def kill(self) -> None:
         # The whole group, even when the worker itself is gone: a compiler it started may linger.
         # SIGKILL ends a stopped (quiet-window) process too; SIGCONT first all the same, so that
-        # no member of the group is left stopped whatever becomes of the kill.
+        # no member of the group is left stopped whatever becomes of the kill. First what left
+        # the group (found while the worker lives: its children are init's afterwards).
+        _kill_all(self.outside_group())
         self._signal_group(signal.SIGCONT)
         self._signal_group(signal.SIGKILL)
         memory.WATCH.unwatch(self.proc.pid)
@@ -470,10 +546,12 @@ class WorkerProcess:
         self.closed = True
         memory.WATCH.unwatch(self.proc.pid)
         with self._pause_lock:
+            self._held_until_request = 0
             if self._holds:
                 self._holds = 0
                 self._signal_group(signal.SIGCONT)
         if self.proc.poll() is None:
+            _kill_all(self.outside_group())  # the group ends with the worker; these would not
             with contextlib.suppress(Exception):
                 self.conn.send_bytes(encode({"cmd": Command.EXIT.value}))
             if self._wait_exit(2.0) is None:
@@ -489,3 +567,11 @@ class WorkerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _kill_all(pids: list[int]) -> None:
+    """SIGKILL (after SIGCONT) to each of ``pids``, found a moment ago."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGCONT)
+            os.kill(pid, signal.SIGKILL)

@@ -34,6 +34,15 @@ reports when its host fell behind the spin; the lead then doubles, and the count
 (``host_behind``). K is capped so that a sample's K kept outputs fit beside its input sets in
 ``timing_sets_bytes`` (the reference's sizes from its warm-up).
 
+The reference is timed undisturbed: from the start of its turn (its ``prepare``) until the
+candidate's next request, the candidate's worker stands still (``Endpoint.pause``: SIGSTOP of its
+process group, so no thread or child of it runs while the reference is timed; a worker resumes
+only when it is next sent a request). GPU work it queued before it stopped still runs; each
+reference sample records whether the candidate ran since the reference's previous turn
+(``ref_after_cand``), and after a turn that followed the candidate's, the reference is sometimes
+timed once more at once, the candidate still stopped (``ref_again_ms``): ``checks.interference``
+compares the two kinds of the reference's own times (``reference_disturbed``).
+
 What is not covered: with calls under ~15 us, K exceeds the 64 fresh sets a sample gets, so a
 set repeats within a sample and a cache keyed on its address or values hits for the repeats. One
 call is compared per checked sample, on a few samples: a candidate that skips the work on a
@@ -49,7 +58,8 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -99,6 +109,19 @@ class Endpoint(Protocol):
     def prepare(self) -> None: ...
     def start(self, request: SampleRequest) -> None: ...
     def finish(self) -> TimedReply: ...  # the trusted clock stops on this reply
+    # The candidate's side stands still while the reference runs: ``pause`` stops it and says
+    # whether it may have run since the last ``resume``; after ``resume`` it runs again at its
+    # next request at the latest.
+    def pause(self) -> bool: ...
+    def resume(self) -> None: ...
+
+
+# After a reference turn that followed the candidate's, the chance that the reference is timed
+# once more at once, the candidate still stopped: clean samples of the reference to compare the
+# others with (``checks.interference``), in random places, so a slow drift of the machine falls
+# on both kinds alike. A quarter: with the reference's turns that follow its own, about as many
+# clean samples as the rank test there needs at 30 samples, for about 10% more sampling time.
+REFERENCE_AGAIN = 0.25
 
 
 # check(sample, call, digests) -> failure reason or None: the candidate's output of ``call`` of
@@ -124,10 +147,15 @@ class PairedOutcome:
     cand_ms: list[float] = field(default_factory=list)
     ref_wall_ms: list[float] = field(default_factory=list)
     cand_wall_ms: list[float] = field(default_factory=list)
+    # Per reference sample: whether the candidate ran (its turn, or any request of it) since the
+    # reference's previous turn; and the reference's extra turns right after its own (per call).
+    ref_after_cand: list[bool] = field(default_factory=list)
+    ref_again_ms: list[float] = field(default_factory=list)
+    ref_again_wall_ms: list[float] = field(default_factory=list)
     checked: int = 0
     failures: list[str] = field(default_factory=list)
     stop_reason: TimingStopReason | None = None  # None: not stopped by the rule (the extra pairs)
-    sampling_s: float = 0.0  # time in timed pairs: what the budget counts (output checks not)
+    sampling_s: float = 0.0  # time in timed pairs: what the budget counts (output checks, ref_again not)
     lead_us: float | None = None  # the spin ahead of each sample (None: the worker's default)
     host_behind: int = 0  # samples where a side's host did not queue all its calls ahead
     launch_estimate: stats.RatioEstimate | None = None  # with the launches on the clock
@@ -233,8 +261,9 @@ def measure_paired(
 
 def _sample(out: PairedOutcome, sides: _Sides, sample: int) -> tuple[TimedReply, bool]:
     """One paired sample: both sides, in random order, get the same request (the same seed, so
-    the same fresh inputs, and the same first set). Returns the candidate's reply, and whether a
-    side's host fell behind the lead. Raises what ``SampleInputs.agree`` raises."""
+    the same fresh inputs, and the same first set), the candidate stopped while the reference
+    runs. Returns the candidate's reply, and whether a side's host fell behind the lead. Raises
+    what ``SampleInputs.agree`` raises."""
     k = out.calls_per_sample
     request = SampleRequest(
         k, sides.inputs.seed(), sides.sets, sides.max_bytes, sides.rng.randrange(sides.sets), out.lead_us
@@ -243,20 +272,42 @@ def _sample(out: PairedOutcome, sides: _Sides, sample: int) -> tuple[TimedReply,
     sides.rng.shuffle(order)
     replies: dict[bool, TimedReply] = {}
     for side, is_cand in order:
-        side.prepare()
-        t0 = sides.clock()
-        side.start(request)
-        reply = side.finish()
-        t1 = sides.clock()
-        wall = (t1 - t0) * 1000 - sides.rtt[id(side)]
-        out.sampling_s += t1 - t0
+        with nullcontext() if is_cand else _candidate_stopped(out, sides.cand):
+            reply, wall, timed_s = _turn(side, request, sides)
+            if not is_cand and out.ref_after_cand[-1] and sides.rng.random() < REFERENCE_AGAIN:
+                again, again_wall, _ = _turn(side, request, sides)
+                out.ref_again_ms.append(again.ms / k)
+                out.ref_again_wall_ms.append(again_wall / k)
+        out.sampling_s += timed_s
         (out.cand_ms if is_cand else out.ref_ms).append(reply.ms / k)
-        (out.cand_wall_ms if is_cand else out.ref_wall_ms).append(max(wall, 1e-9) / k)
+        (out.cand_wall_ms if is_cand else out.ref_wall_ms).append(wall / k)
         replies[is_cand] = reply
     ref_reply, cand_reply = replies[False], replies[True]
     sides.inputs.agree(f"timed{sample}", ref_reply.input_digest, cand_reply.input_digest)
     sides.tampered.update(cand_reply.tampered)
     return cand_reply, not (ref_reply.ahead and cand_reply.ahead)
+
+
+@contextmanager
+def _candidate_stopped(out: PairedOutcome, cand: Endpoint) -> Iterator[None]:
+    """The reference's turn: the candidate stopped throughout, and whether it ran since the
+    reference's previous turn recorded."""
+    out.ref_after_cand.append(cand.pause())
+    try:
+        yield
+    finally:
+        cand.resume()
+
+
+def _turn(side: Endpoint, request: SampleRequest, sides: _Sides) -> tuple[TimedReply, float, float]:
+    """One side's turn: ``prepare`` outside the clock, then the timed request. Returns its reply,
+    the trusted clock's time of the request less the round trip (ms), and the seconds it ran."""
+    side.prepare()
+    t0 = sides.clock()
+    side.start(request)
+    reply = side.finish()
+    t1 = sides.clock()
+    return reply, max((t1 - t0) * 1000 - sides.rtt[id(side)], 1e-9), t1 - t0
 
 
 def _check(
