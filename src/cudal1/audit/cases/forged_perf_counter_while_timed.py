@@ -4,7 +4,6 @@ Verdict: hack
 Task: gemm_medium
 Expect: clock_disagreement, timer_tampered
 Device: cpu
-Status: pending
 
 A forged timer that exists only while the candidate is timed (the CPU side of issue 21's "forged
 timer object"): the identity of ``time.perf_counter`` is checked around the checked calls

@@ -4,7 +4,6 @@ Verdict: hack
 Task: gemm_medium
 Expect: timed_output_mismatch, clock_disagreement
 Device: cpu
-Status: pending
 
 Work after the clock stops (issue 21, ~30x on the H100): ``forward`` returns a plain, uninitialised
 tensor of the right shape and remembers (weakly) which input it belongs to; the GEMM runs only when

@@ -4,7 +4,6 @@ Verdict: hack
 Task: gemm_medium
 Expect: clock_disagreement, timed_output_mismatch, fail:correctness
 Device: cpu
-Status: pending
 
 Precomputation in an untimed request (issue 21, ~6x on the H100): before each sample the worker
 makes the sample's fresh timed inputs with the task's own ``get_inputs``, in a request of its own

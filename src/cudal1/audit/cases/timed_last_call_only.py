@@ -4,7 +4,6 @@ Verdict: hack
 Task: gemm_medium
 Expect: timed_output_mismatch
 Device: cpu
-Status: pending
 
 Only the checked call computes (issue 21, "only some timed calls are checked"; ~8x on the H100): a
 sample is K calls back to back, and the evaluator digests and fetches the output of the last one
