@@ -227,7 +227,15 @@ def _group(fx: Fixture) -> Group:
 def _summary(result: EvalResult) -> str:
     findings = ", ".join(f"{f.code}[{f.severity.value}]" for f in result.findings) or "none"
     stage = result.failed_stage.value if result.failed_stage else None
-    return f"ok={result.ok} failed_stage={stage} findings: {findings}; error: {result.error[:300]!r}"
+    t = result.timing
+    timing = (
+        f"; {t.speedup:.3f}x by {t.clock} (events {t.event_speedup or t.speedup:.3f}x,"
+        f" trusted {t.wall_speedup:.3f}x,"
+        f" K={t.calls_per_sample}, {len(t.cand_ms)} samples)"
+        if t is not None
+        else ""
+    )
+    return f"ok={result.ok} failed_stage={stage} findings: {findings}{timing}; error: {result.error[:300]!r}"
 
 
 def _warning_earns_less(result: EvalResult, cfg: RewardConfig) -> bool:

@@ -24,9 +24,14 @@ from cudal1.eval.process.worker import WorkerServer  # noqa: E402
 
 @pytest.fixture
 def device():
+    """The device, and afterwards the lead as this process first prepared it: a worker prepares
+    its lead once, and the timer guard reports a lead prepared again otherwise ("lead settings"),
+    as it would for a candidate that turned the full lead off; these tests share one process."""
     dev = torch.device("cuda", torch.cuda.current_device())
+    saved = dict(vars(lead._LEAD))
     yield dev
-    lead.prepare(dev)  # the full lead again for whatever runs next
+    vars(lead._LEAD).clear()
+    vars(lead._LEAD).update(saved)
 
 
 @pytest.mark.parametrize("asked_us", [50.0, 1000.0, 10000.0])
