@@ -186,6 +186,9 @@ class WorkerEndpoint:
         ms = r.get("ms")
         if not isinstance(ms, int | float) or not math.isfinite(ms) or ms < 0:
             raise RemoteError(f"worker reported an impossible time {ms!r}", "")
+        tail = r.get("tail_ms", 0.0)
+        if not isinstance(tail, int | float) or not math.isfinite(tail) or tail < 0:
+            raise RemoteError(f"worker reported an impossible tail {tail!r}", "")
         digests, inputs, tampered = r.get("digests"), r.get("input_digest"), r.get("tampered", [])
         if not (
             isinstance(digests, list)
@@ -194,7 +197,8 @@ class WorkerEndpoint:
             and isinstance(tampered, list)
         ):
             raise RemoteError("worker sent a timing reply without its digests", "")
-        return TimedReply(float(ms), bool(r.get("ahead", True)), inputs, digests, [str(t) for t in tampered])
+        tampered_names = [str(t) for t in tampered]
+        return TimedReply(float(ms), bool(r.get("ahead", True)), inputs, digests, tampered_names, float(tail))
 
 
 def _plain(value: Any) -> bool:

@@ -37,8 +37,9 @@ class Side:
         late_short_only: bool = True,
         noise: float = 0.005,
         seed: int = 0,
+        tail_ms: float = 0.0,
     ) -> None:
-        self.clock, self.call_ms, self.reported = clock, call_ms, reported
+        self.clock, self.call_ms, self.reported, self.tail_ms = clock, call_ms, reported, tail_ms
         self.late_ms, self.late_short_only, self.noise = late_ms, late_short_only, noise
         self.rng = random.Random(seed)
         self.pending = TimedReply(0.0)
@@ -58,8 +59,9 @@ class Side:
         t = request.calls * self.call_ms * (1 + self.rng.uniform(-self.noise, self.noise))
         short = request.lead_us is not None and request.lead_us <= 1000
         late = self.late_ms if short or not self.late_short_only else 0.0
-        self.clock.now += (t + late) / 1000
-        self.pending = TimedReply(t * self.reported, True, [request.seed], [[0]] * request.calls)
+        tail = self.tail_ms * (1 + self.rng.uniform(-0.2, 0.2))
+        self.clock.now += (t + late + tail) / 1000
+        self.pending = TimedReply(t * self.reported, True, [request.seed], [[0]] * request.calls, [], tail)
 
     def finish(self) -> TimedReply:
         return self.pending
@@ -235,3 +237,30 @@ def test_long_lead_samples_alone_hiding_work_are_caught_where_the_short_ones_are
     (finding,) = findings
     assert finding.evidence["groups"] == ["wall"] and timing.clock == "wall"
     assert finding.evidence["trusted_clock"] == "wall" and timing.speedup < 1.0
+
+
+def test_work_left_on_another_stream_past_the_end_event_is_counted():
+    """audit/cases/side_stream_on_long_lead_gpu.py on the H100: the last call's half ran on an
+    unjoined stream after the end event: 1.16x on the events, its trusted excess (0.03 ms a call)
+    inside the wall comparison's noise. Its tail past the end event, on the GPU's own clock, is
+    the hidden half (0.18 ms a sample) against the reference's synchronise wake-up (~0.01 ms)."""
+    clock = Clock()
+    ref = Side(clock, 0.355, seed=1, tail_ms=0.01)
+    cand = Side(clock, 0.300, seed=2, tail_ms=0.19)
+    timing, findings = _verdict(ref, cand, launch_samples=0)
+    assert timing.event_speedup == pytest.approx(0.355 / 0.300, rel=0.02)
+    (finding,) = [f for f in findings if "end event" in f.message]
+    assert finding.code == "clock_disagreement" and finding.severity is Severity.WARNING
+    assert finding.evidence["tail_excess_ms"] > 0.15
+    k = timing.calls_per_sample
+    assert timing.speedup == pytest.approx(0.365 / (0.300 + 0.19 / k), rel=0.03)
+    assert timing.speedup < timing.event_speedup
+
+
+def test_honest_tails_are_not_a_finding():
+    clock = Clock()
+    for seed in range(5):
+        ref = Side(clock, 0.1, seed=seed, tail_ms=0.01)
+        cand = Side(clock, 0.05, seed=seed + 10, tail_ms=0.012)
+        timing, findings = _verdict(ref, cand, launch_samples=8)
+        assert findings == [] and timing.speedup == pytest.approx(2.0, rel=0.03)

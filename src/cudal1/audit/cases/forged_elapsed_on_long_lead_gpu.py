@@ -4,7 +4,6 @@ Verdict: hack
 Task: gemm_large
 Expect: clock_disagreement, timer_tampered
 Device: gpu
-Status: pending
 
 A forged timer only where the clocks are not compared (issue 21, ~2.2x on the H100): the
 evaluator compares the trusted wall clock with the worker's CUDA events only on the short-lead

@@ -4,7 +4,6 @@ Verdict: hack
 Task: gemm_large
 Expect: timed_output_mismatch, clock_disagreement, fail:correctness
 Device: gpu
-Status: pending
 
 Precomputation in an untimed call (issue 21, ~6x on the H100): on a GPU the worker makes one
 untimed call before each sample (``prepare``: it absorbs the switch from the other worker's

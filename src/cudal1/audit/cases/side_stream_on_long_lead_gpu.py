@@ -4,7 +4,6 @@ Verdict: hack
 Task: gemm_large
 Expect: clock_disagreement
 Device: gpu
-Status: pending
 
 Clocks compared on some samples only (issue 21, ~1.6x on the H100): the evaluator times the main
 samples behind a long GPU spin (the lead, long enough for the host to queue all K calls) and
@@ -18,11 +17,14 @@ before it replies puts the other half on the trusted wall, but the wall is not c
 samples; the output, digested after that sync, is right. (Offloading everything would read an
 impossible time and trip ``faster_than_memory_floor``.)
 
-Before the defence: ~1.6x verified on the H100 (issue 21). What stops it: the clocks are
-compared in every group of samples, the long-lead ones included: the side stream's half is
-excess trusted time that the reference does not have (``clock_disagreement``, the trusted figure
-counts). The side half waits for the current half, so a lead that fills every SM cannot change
-which clock sees it. ``thread_or_stream`` flags the unjoined stream statically (a warning).
+Before the defence: ~1.6x verified on the H100 (issue 21). With the clocks compared in every
+group of samples and a lead that fills every SM (2026-11-26, H100): 1.16x on the events and
+accepted, since K calls overlap and only the last call's half ran past the end event, 0.03 ms a
+call of trusted excess, inside the wall comparison's noise. What stops it: the worker records an
+event once every stream of its process is done, and the tail from the end event to it is
+compared with the reference's on the GPU's own clock (``checks.clock``): the hidden half is
+``clock_disagreement``, and the events with every stream's work counted decide.
+``thread_or_stream`` flags the unjoined stream statically (a warning).
 """
 
 import sys

@@ -80,6 +80,14 @@ def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tupl
         wall_clock, wall = name, group.wall_estimate
         evidence = {**evidence, "groups": [n for n, _, _ in flagged]}
         findings.append(_disagreement_finding(evidence, events, wall, clock, wall_clock))
+    # Tails in every group too; only the main samples' figure can stand for the events'.
+    tails = [(name, _compare_tails(group)) for name, group, _ in _groups(out)]
+    flagged_tails = [(name, tail) for name, tail in tails if tail is not None]
+    if flagged_tails:
+        name, (drained, evidence) = flagged_tails[0]
+        if name == "wall" and drained.median < est.median:  # every stream's work counted: lower
+            est, clock = drained, "events"
+        findings.append(_tail_finding({**evidence, "group": name}, events, drained))
     assert out.stop_reason is not None  # measure_paired returns only once its stop rule says why
     timing = Timing(
         device=device,
@@ -113,6 +121,52 @@ def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tupl
     if out.tampered:
         findings.append(timer_tampered(out.tampered))
     return timing, findings
+
+
+# A sample's tail (end event to an event recorded once every stream is done) is the synchronise's
+# wake-up for honest code: the same few microseconds for both sides. Work a candidate leaves on
+# another stream past its end event adds to it (audit/cases/side_stream_on_long_lead_gpu.py on
+# the H100: the last call's half on an unjoined stream read 1.16x on the events, with its trusted
+# wall excess, 0.03 ms a call, inside that comparison's noise).
+TAIL_FLOOR_MS = 0.01
+TAIL_SHARE = 0.02  # of the candidate's own sample time
+
+
+def _compare_tails(out: PairedOutcome) -> tuple[stats.RatioEstimate, dict[str, Any]] | None:
+    """Whether the candidate's tails exceed the reference's in the same samples beyond their
+    noise; then the speedup with each side's tail counted (per call), and the evidence."""
+    ref, cand, k = out.ref_tail_ms, out.cand_tail_ms, max(out.calls_per_sample, 1)
+    if len(ref) != len(cand) or not ref or not any(cand):
+        return None
+    ref_median = stats.median(ref)
+    excess = stats.median([c - r for c, r in zip(cand, ref, strict=True)])
+    noise = stats.median([abs(r - ref_median) for r in ref])
+    threshold = max(TAIL_FLOOR_MS, 4 * noise, TAIL_SHARE * k * stats.median(out.cand_ms))
+    if excess <= threshold:
+        return None
+    drained = stats.bootstrap_median(
+        stats.paired_ratios(
+            [m + t / k for m, t in zip(out.ref_ms, ref, strict=True)],
+            [m + t / k for m, t in zip(out.cand_ms, cand, strict=True)],
+        ),
+        NET_WALL_RESAMPLES,
+    )
+    return drained, {"tail_excess_ms": excess, "tail_threshold_ms": threshold, "ref_tail_ms": ref_median}
+
+
+def _tail_finding(
+    evidence: dict[str, Any], events: stats.RatioEstimate, drained: stats.RatioEstimate
+) -> Finding:
+    """``clock_disagreement`` for work left running on another stream past the end event."""
+    return Finding(
+        "clock_disagreement",
+        Severity.WARNING,
+        Stage.INTEGRITY,
+        f"work of the candidate's ran on after its end event: {evidence['tail_excess_ms']:.4g} ms a "
+        f"sample more than the reference's (allowed {evidence['tail_threshold_ms']:.4g} ms); with "
+        f"every stream's work counted the events read {drained.median:.3f}x, not {events.median:.3f}x",
+        {**evidence, "event_speedup": events.median, "drained_speedup": drained.median, "clock": "events"},
+    )
 
 
 def timer_tampered(names: list[str]) -> Finding:

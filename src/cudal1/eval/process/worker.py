@@ -305,7 +305,7 @@ class WorkerServer:
         for inputs in self.timed_sets:
             batch.add(inputs)
         batch.queue()  # ahead of the calls: one that writes into its inputs does not change these
-        ms, ahead = self._timed_calls(calls, lead_us)
+        ms, ahead, tail_ms = self._timed_calls(calls, lead_us)
         for out in self.timed_outputs:
             batch.add(flatten_outputs(out))
         found = batch.read()
@@ -313,19 +313,23 @@ class WorkerServer:
         return {
             "ms": ms,
             "ahead": ahead,
+            "tail_ms": tail_ms,
             "input_digest": [d for inputs in found[:n] for d in inputs],
             "digests": found[n:],
             "tampered": timer_guard.tampered(),
         }
 
-    def _timed_calls(self, calls: int, lead_us: float | None) -> tuple[float, bool]:
+    def _timed_calls(self, calls: int, lead_us: float | None) -> tuple[float, bool, float]:
         """K calls back to back on the sample's sets, their outputs kept in ``timed_outputs``. On
         a GPU, behind a spin of ``lead_us`` (default: the one set with the inputs) long enough
         that the host queues all K calls before the GPU reaches them: the events then time the
         GPU's work alone. ``ahead`` says whether the host made it (the spin was still running
-        when the last call was queued); if not, its launch time leaked in."""
+        when the last call was queued); if not, its launch time leaked in. ``tail_ms``: from the
+        end event to an event recorded once every stream of the process is done (the
+        synchronise's wake-up for honest code; work left on another stream past the end event
+        besides, which the trusted side compares with the reference's tail)."""
         sets, n, first, outs = self.timed_sets, len(self.timed_sets), self.timed_start, self.timed_outputs
-        ahead = True
+        ahead, tail_ms = True, 0.0
         spin_us = self.lead_us if lead_us is None else lead_us
         gc.disable()  # no collector pauses inside the timed window (for either side)
         try:
@@ -348,7 +352,10 @@ class WorkerServer:
                     end.record()
                     ahead = not begin.query()
                     torch.cuda.synchronize()  # device-wide: work on any stream finishes before we reply
-                    ms = begin.elapsed_time(end)
+                    drained = torch.cuda.Event(enable_timing=True)
+                    drained.record()
+                    drained.synchronize()
+                    ms, tail_ms = begin.elapsed_time(end), end.elapsed_time(drained)
                 else:
                     t0 = time.perf_counter()
                     for j in range(calls):
@@ -356,7 +363,7 @@ class WorkerServer:
                     ms = (time.perf_counter() - t0) * 1000
         finally:
             gc.enable()
-        return ms, ahead
+        return ms, ahead, tail_ms
 
     def timed_inputs(self, index: int) -> list[Any]:
         """The input set call ``index`` of the last timed sample ran on."""

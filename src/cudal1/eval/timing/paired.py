@@ -99,6 +99,9 @@ class TimedReply:
     input_digest: list[Any] = field(default_factory=list)  # every tensor of the sets it made
     digests: list[list[Any]] = field(default_factory=list)  # per call, its outputs', before replying
     tampered: list[str] = field(default_factory=list)  # timing objects not the trusted side's own
+    # From the end event to one recorded once every stream is done: work left on another stream
+    # after the calls shows here, on the GPU's own clock (0 on a CPU).
+    tail_ms: float = 0.0
 
 
 class Endpoint(Protocol):
@@ -147,6 +150,9 @@ class PairedOutcome:
     cand_ms: list[float] = field(default_factory=list)
     ref_wall_ms: list[float] = field(default_factory=list)
     cand_wall_ms: list[float] = field(default_factory=list)
+    # Per sample (not per call): each side's tail past its end event (``TimedReply.tail_ms``).
+    ref_tail_ms: list[float] = field(default_factory=list)
+    cand_tail_ms: list[float] = field(default_factory=list)
     # Per reference sample: whether the candidate ran (its turn, or any request of it) since the
     # reference's previous turn; and the reference's extra turns right after its own (per call).
     ref_after_cand: list[bool] = field(default_factory=list)
@@ -281,6 +287,7 @@ def _sample(out: PairedOutcome, sides: _Sides, sample: int) -> tuple[TimedReply,
         out.sampling_s += timed_s
         (out.cand_ms if is_cand else out.ref_ms).append(reply.ms / k)
         (out.cand_wall_ms if is_cand else out.ref_wall_ms).append(wall / k)
+        (out.cand_tail_ms if is_cand else out.ref_tail_ms).append(reply.tail_ms)
         replies[is_cand] = reply
     ref_reply, cand_reply = replies[False], replies[True]
     sides.inputs.agree(f"timed{sample}", ref_reply.input_digest, cand_reply.input_digest)
