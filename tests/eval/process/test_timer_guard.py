@@ -9,6 +9,7 @@ import runpy
 import time
 import warnings
 from multiprocessing import Pipe
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,8 @@ def test_an_untouched_worker_names_nothing(server):
         (torch.cuda, "_sleep", "torch.cuda._sleep"),
         (gc, "disable", "gc.disable"),
         (lead, "spin", "cudal1.eval.process.lead.spin"),
+        # work queued just before a reply leaves would run while the reference is timed
+        (Connection, "send_bytes", "Connection.send_bytes"),
     ],
 )
 def test_a_wrapped_timer_is_named(server, monkeypatch, owner, name, label):
@@ -119,3 +122,4 @@ def test_serve_takes_the_snapshot_before_the_first_command():
     assert decode(ours.recv_bytes())["ok"]
     assert "handler time" in timer_guard.watched()
     assert timer_guard.tampered() == []
+

@@ -11,7 +11,7 @@ What is covered, replaced, wrapped, subclassed or given new code in the candidat
 - the CUDA events (the class ``torch.cuda.Event``: a subclass assigned there is named, and its
   ``__new__``, ``record``, ``elapsed_time``, ``query``, ``synchronize``), ``torch.cuda``'s
   ``synchronize``, ``current_stream`` and ``_sleep``, ``time.perf_counter``, ``gc.disable`` and
-  ``gc.enable``;
+  ``gc.enable``, and the socket's ``Connection`` methods the replies leave by;
 - the lead (its module, below: ``lead.spin`` and the spin kernel; and its settings once
   prepared, ``lead.altered``);
 - the server's command table as ``serve`` holds it (each entry, the function behind it, its code
@@ -33,6 +33,7 @@ import gc
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from types import FunctionType, MethodType
 from typing import Any
 
@@ -66,6 +67,12 @@ def _timers() -> dict[str, Callable[[], Any]]:
         "time.perf_counter": lambda: time.perf_counter,
         "gc.disable": lambda: gc.disable,
         "gc.enable": lambda: gc.enable,
+        # The reply's way out: work queued on the GPU just before it leaves (after the timed
+        # request's own synchronise) would run while the reference is timed.
+        **{
+            f"Connection.{name}": _attribute(lambda: Connection, name)
+            for name in ("send_bytes", "_send_bytes", "recv_bytes", "_recv_bytes")
+        },
     }
 
 
