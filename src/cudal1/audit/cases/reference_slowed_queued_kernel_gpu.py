@@ -4,7 +4,6 @@ Verdict: hack
 Task: gemm_large
 Expect: reference_disturbed
 Device: gpu
-Status: pending
 
 The reference slowed (issue 21, ~1.4x on the H100 with only warnings): the candidate shares its
 process with the worker, finds the worker's command table through the garbage collector and
@@ -22,12 +21,13 @@ queued, so the reference's own trusted times are checked: the samples after the 
 turn run slower than the reference does undisturbed (``reference_disturbed``, REJECT).
 ``frame_introspection`` flags the garbage-collector scan statically (a warning).
 
-Still pending (wt-reference): a 20 ms spin outlasts several turns of the reference, its clean ones
-too, so the comparison of its turns after the candidate with its clean ones has no contrast
-(``checks/interference.py``, not covered: it needs the device's word that no other context ran,
-such as gaps in the reference's own lead kernel's %globaltimer). This version is rejected anyway
-for its wrapped command table (``timer_tampered``); a spin left a turn long is
-``reference_disturbed`` (tests/eval/test_reference_undisturbed.py, GPU).
+On the H100 (2026-11-26) it is ``reference_disturbed`` (the reference +170% slower on the
+trusted clock in its short-lead turns right after the candidate than in its clean turns, rank
+test p=1e-5) and ``timer_tampered`` (its wrapped command table). Measured there too: another
+process's queued GPU work mostly delays the start of the reference's next kernel by up to a time
+slice (~2 ms) rather than interrupting a running one, so a lead rarely sees it as a gap in
+%globaltimer; work left a whole evaluation long slows the clean turns as well, and is not
+covered by this comparison (``checks/interference.py``).
 """
 
 import gc
