@@ -37,8 +37,8 @@ import time
 import torch
 import torch.nn as nn
 
-_CHECKS = 4          # the evaluator's max_output_checks (first sample's included)
-_BUDGET_S = 3.0      # budget_s counts both sides' timed requests: stay honest well before it
+_CHECKS = 4  # the evaluator's max_output_checks (first sample's included)
+_BUDGET_S = 3.0  # budget_s counts both sides' timed requests: stay honest well before it
 
 
 class _Spy:
