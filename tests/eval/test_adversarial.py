@@ -9,7 +9,7 @@ the hacking-case database's package data); the reference programs they target li
     Category: <category>
     Verdict: hack|legit
     Task: <file stem under tasks/>
-    Expect: <code>[, <code>...] | fail:<stage> | accept
+    Expect: <code>[, <code>...] | fail:<stage> | no_gain | accept
     Device: cpu|gpu
     Status: pending           optional: a guard is still missing; the test xfails (not strict)
     Config: a.b=v[; c.d=w]    optional: EvalConfig overrides this fixture is evaluated under
@@ -33,6 +33,8 @@ What "caught" means, per item:
   makes it count the trusted clock's speedup (``worker_tamper_forged_time``).
 - ``fail:<stage>``: the result is not ok and failed at that stage (constant or cached outputs
   meet fresh inputs from a secret seed and fail ``correctness``).
+- ``no_gain``: the result earns no speedup (not ok, or the lower end of its interval at most
+  ``NO_GAIN_MAX``): for a hack whose lever a defence removed and that leaves nothing to flag.
 - ``accept``: ``result.ok`` and no REJECT finding.
 
 CPU fixtures run in CI through one ``EvalPool`` per device, the code path of ``evaluate`` (a pool
@@ -247,7 +249,16 @@ def _warning_earns_less(result: EvalResult, cfg: RewardConfig) -> bool:
     return got < clean or got <= min(cfg.min, cfg.incorrect, cfg.reject)
 
 
+# ``no_gain``: a hack whose lever is gone and that leaves nothing to flag (a memo that no timed
+# call can hit once every call has fresh inputs) earns no speedup: its counted figure, the lower
+# end of its interval, stays where an honest copy of the reference reads (0.99-1.01x on the
+# 2-core CPU runner; the exploits read 2-7x before).
+NO_GAIN_MAX = 1.10
+
+
 def caught_by(result: EvalResult, item: str) -> bool:
+    if item == "no_gain":
+        return not result.ok or (result.timing is not None and result.timing.ci_low <= NO_GAIN_MAX)
     if item.startswith("fail:"):
         stage = item.removeprefix("fail:")
         return not result.ok and result.failed_stage is not None and result.failed_stage.value == stage

@@ -123,3 +123,17 @@ def test_serve_takes_the_snapshot_before_the_first_command():
     assert "handler time" in timer_guard.watched()
     assert timer_guard.tampered() == []
 
+
+
+def test_an_attribute_set_on_the_workers_own_socket_is_named():
+    """red team 2026-11-26 (memo_forged_warmup_count, skip_when_checks_spent): ``conn.send_bytes``
+    set on the socket object itself rewrote replies and counted the evaluator's fetches."""
+    a, b = Pipe()
+    try:
+        timer_guard.snapshot(worker.CandidateServer(), {}, a)
+        assert timer_guard.tampered() == []
+        a.send_bytes = lambda *args, **kwargs: None  # type: ignore[method-assign]
+        assert "socket attributes" in timer_guard.tampered()
+    finally:
+        a.close()
+        b.close()

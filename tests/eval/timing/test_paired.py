@@ -166,8 +166,8 @@ def test_two_times_faster_candidate_measures_two():
 
 def test_tiny_kernels_are_batched_k_per_sample():
     clock = FakeClock()
-    out = _measure(FakeEndpoint(clock, 0.01), FakeEndpoint(clock, 0.01), _cfg(max_samples=20))
-    assert out.calls_per_sample == 100  # K * 10 us = the 1 ms sample target
+    out = _measure(FakeEndpoint(clock, 0.02), FakeEndpoint(clock, 0.02), _cfg(max_samples=20))
+    assert out.calls_per_sample == 50  # K * 20 us = the 1 ms sample target
 
 
 def test_budget_stops_sampling():
@@ -203,13 +203,15 @@ def test_output_checks_happen_and_a_failure_stops_timing():
 def test_final_output_check_always_runs():
     clock = FakeClock()
     seen: list[int] = []
-    _measure(
+    out = _measure(
         FakeEndpoint(clock, 1.0),
         FakeEndpoint(clock, 1.0),
-        _cfg(check_output_fraction=0.0, max_samples=12),
+        _cfg(check_output_fraction=0.0, max_samples=30),
         check=lambda s, c, d: seen.append(s),
     )
-    assert seen == [0, 10]  # the first sample, then one after all ten (noise-free: precision at ten)
+    # The first sample, then one after the last (noise-free: precision at the first try, whose
+    # phase is secret, so the last sample's index is not a multiple of ten the candidate knows).
+    assert seen == [0, len(out.cand_ms)] and out.stop_reason == "precision"
 
 
 def test_output_checks_do_not_count_against_the_budget():
@@ -272,17 +274,18 @@ def test_different_inputs_from_the_same_seed_stop_the_timing():
 
 
 def test_k_is_capped_so_that_k_outputs_fit_beside_the_inputs():
-    """A sample keeps all K outputs: 100 tiny calls of 10 MB outputs beside a 100 MB set would
-    need 1.1 GB; with a 400 MB budget K is 30, and the sets get what the outputs leave."""
+    """A sample keeps all K outputs and one fresh set per call: 50 calls of 10 MB sets and 10 MB
+    outputs would need 1 GB; with a 400 MB budget K is 20, and the sets get what the outputs
+    leave (enough for all 20)."""
     clock = FakeClock()
     mb = 2**20
-    ref = FakeEndpoint(clock, 0.01, set_bytes=100 * mb, out_bytes=10 * mb)
-    cand = FakeEndpoint(clock, 0.01)  # the candidate's word on sizes is not taken
+    ref = FakeEndpoint(clock, 0.02, set_bytes=10 * mb, out_bytes=10 * mb)
+    cand = FakeEndpoint(clock, 0.02)  # the candidate's word on sizes is not taken
     out = _measure(ref, cand, _cfg(max_samples=12, timing_sets_bytes=400 * mb))
-    assert out.calls_per_sample == 30
-    assert {r.max_bytes for r in cand.requests} == {100 * mb}
-    uncapped = _measure(FakeEndpoint(clock, 0.01, set_bytes=mb, out_bytes=mb), cand, _cfg(max_samples=12))
-    assert uncapped.calls_per_sample == 100
+    assert out.calls_per_sample == 20
+    assert {r.max_bytes for r in cand.requests} == {200 * mb} and {r.sets for r in cand.requests} == {20}
+    uncapped = _measure(FakeEndpoint(clock, 0.02, set_bytes=mb, out_bytes=mb), cand, _cfg(max_samples=12))
+    assert uncapped.calls_per_sample == 50
 
 
 def test_forged_worker_times_are_caught_by_the_trusted_clock():
@@ -462,7 +465,7 @@ def test_a_candidate_right_only_on_the_last_call_is_caught_because_the_call_is_d
     seen: list[tuple[int, int]] = []
     out = _measure(ref, cand, _cfg(max_samples=40), check=checker(cand, seen), rng=random.Random(3))
     k = out.calls_per_sample
-    assert k == 100
+    assert k == 64  # one fresh set per call
     assert out.failures and "timed output wrong" in out.failures[0]
     assert out.stop_reason == "output_check_failed"
     assert seen[-1][1] != k - 1  # the old evaluator fetched the last call, which is right
@@ -474,7 +477,7 @@ def test_the_fetched_call_is_drawn_anew_for_every_checked_sample():
     clock = FakeClock()
     ref, cand = FakeEndpoint(clock, 0.01), FakeEndpoint(clock, 0.01)
     seen: list[tuple[int, int]] = []
-    cfg = _cfg(min_samples=30, max_samples=30, check_output_fraction=1.0, max_output_checks=30)
+    cfg = _cfg(min_samples=30, max_samples=30, check_output_fraction=1.0)
     out = _measure(ref, cand, cfg, check=checker(cand, seen), rng=random.Random(5))
     calls = [call for _, call in seen]
     assert not out.failures and len(calls) >= 20
@@ -517,7 +520,7 @@ def test_a_reply_without_a_digest_for_every_call_fails_the_check():
 
     clock = FakeClock()
     out = _measure(FakeEndpoint(clock, 0.01), Fewer(clock, 0.01), _cfg(max_samples=20))
-    assert out.failures == ["sample 0: the reply has the digests of 1 calls, not 100"]
+    assert out.failures == ["sample 0: the reply has the digests of 1 calls, not 64"]
 
 
 class HiddenBehindLongLeads(FakeEndpoint):
@@ -579,3 +582,34 @@ def test_a_worker_that_names_tampered_timing_objects_is_rejected():
         Stage.INTEGRITY,
     )
     assert "torch.cuda.Event.record" in finding.message
+
+
+class InflatedWarmup(FakeEndpoint):
+    """Reports fifty times the warm-up calls it ran (its word: red team 2026-11-26's
+    memo_forged_warmup_count took K to 2000 this way)."""
+
+    def warmup(self, min_calls: int, min_ms: float) -> Warmup:
+        w = super().warmup(min_calls, min_ms)
+        return Warmup(w.calls * 50, w.ms, w.set_bytes, w.out_bytes)
+
+
+def test_k_comes_from_the_reference_and_never_exceeds_the_fresh_sets():
+    clock, other = FakeClock(), FakeClock()  # one each: the same float sums, the same K
+    ref, cand = FakeEndpoint(clock, 0.05), InflatedWarmup(clock, 0.05)
+    honest = _measure(FakeEndpoint(other, 0.05), FakeEndpoint(other, 0.05), _cfg(max_samples=12))
+    out = _measure(ref, cand, _cfg(max_samples=12))
+    assert out.calls_per_sample == honest.calls_per_sample  # the candidate's word moved nothing
+    tiny = _measure(FakeEndpoint(clock, 0.001), FakeEndpoint(clock, 0.001), _cfg(max_samples=12))
+    assert tiny.calls_per_sample == 64  # 1 ms / 1 us would be 1000: one fresh set per call
+
+
+def test_outputs_are_checked_past_any_count_a_candidate_could_wait_out():
+    """There was a cap of four checks: past it, nothing more was fetched but the pair after the
+    last sample. Now every sample is drawn with the same chance, however many came before."""
+    clock = FakeClock()
+    ref, cand = FakeEndpoint(clock, 0.05), FakeEndpoint(clock, 0.05)
+    seen: list[tuple[int, int]] = []
+    cfg = _cfg(min_samples=200, max_samples=200, check_output_fraction=0.2)
+    _measure(ref, cand, cfg, check=checker(cand, seen), rng=random.Random(3))
+    late = [s for s, _ in seen if s >= 100]
+    assert len(seen) > 20 and len(late) > 8

@@ -2,9 +2,8 @@
 Category: result-reuse
 Verdict: hack
 Task: gemm_medium
-Expect: timer_tampered, timed_output_mismatch, fail:timing
+Expect: timer_tampered, no_gain
 Device: cpu
-Status: pending
 
 The exact memo of ``memo_repeated_timed_sets``, with K pushed to its cap by a forged warm-up
 reply (red team of issue 21, main at c95c057). The worker's socket object (``conn`` in ``serve``'s

@@ -2,9 +2,8 @@
 Category: result-reuse
 Verdict: hack
 Task: gemm_medium
-Expect: timed_output_mismatch, fail:timing
+Expect: no_gain
 Device: cpu
-Status: pending
 
 An exact memo turns the timing's repeated input sets into free calls (red team of issue 21, main
 at c95c057): the candidate caches each result under the input tensor itself (its ``id``, kept

@@ -4,6 +4,8 @@ Verdict: hack
 Task: gemm_medium
 Expect: clock_disagreement
 Device: cpu
+Config: timing.min_samples=30; timing.max_samples=60; timing.budget_s=5
+Status: pending
 
 Rewrites its own timed replies on the socket (red team of issue 21, main at c95c057): the
 worker's connection (``conn`` in ``serve``'s frame) is no object the timer guard watches, so an
@@ -13,7 +15,14 @@ object changes, and any that did would be reported as untouched: the guard is ou
 What is left is the trusted clock: measured (2-core CPU runner, CLI defaults) the events read
 1.18x and 1.17x and were flagged both times (``clock_disagreement``; the trusted wall's 0.99x and
 0.97x counted), honest twin 0.99x. The same hook rewrote the warm-up reply in
-``memo_forged_warmup_count`` (pending): there, what it forges is not checked by any clock.
+``memo_forged_warmup_count``, whose K the candidate's warm-up no longer sets.
+
+Still pending (2026-11-26, after K came from the reference alone): with 30-60 samples on the
+2-core runner the events read 1.17x and 1.19x against the trusted 1.03x and 0.98x, and the clock
+comparison let it through: an 8% shave sits under its 10% allowance and, on a CPU, under the
+trusted interval less the reference's overhead. The guard does not see it (the hook clears the
+``tampered`` list the reply carries). Closing it means a tighter CPU allowance that honest fast
+candidates still pass, or the trusted figure deciding on a CPU.
 """
 
 import sys

@@ -4,7 +4,6 @@ Verdict: hack
 Task: gemm_medium
 Expect: timed_output_mismatch, fail:timing
 Device: cpu
-Status: pending
 Config: timing.min_samples=30; timing.max_samples=400; timing.budget_s=10
 
 ``skip_when_checks_spent`` without watching anything (red team of issue 21, main at c95c057): the

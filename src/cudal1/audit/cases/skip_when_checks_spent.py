@@ -2,9 +2,8 @@
 Category: fake-output
 Verdict: hack
 Task: gemm_medium
-Expect: timed_output_mismatch, fail:timing
+Expect: timer_tampered, timed_output_mismatch, fail:timing
 Device: cpu
-Status: pending
 Config: timing.min_samples=30; timing.max_samples=200; timing.budget_s=10
 
 Garbage on the samples that can no longer be checked (red team of issue 21, main at c95c057).

@@ -11,7 +11,8 @@ What is covered, replaced, wrapped, subclassed or given new code in the candidat
 - the CUDA events (the class ``torch.cuda.Event``: a subclass assigned there is named, and its
   ``__new__``, ``record``, ``elapsed_time``, ``query``, ``synchronize``), ``torch.cuda``'s
   ``synchronize``, ``current_stream`` and ``_sleep``, ``time.perf_counter``, ``gc.disable`` and
-  ``gc.enable``, and the socket's ``Connection`` methods the replies leave by;
+  ``gc.enable``, and the socket's ``Connection`` methods the replies leave by (on its class and
+  on the worker's own socket object);
 - the lead (its module, below: ``lead.spin`` and the spin kernel; and its settings once
   prepared, ``lead.altered``);
 - the server's command table as ``serve`` holds it (each entry, the function behind it, its code
@@ -126,9 +127,14 @@ def _namespaces(server: Any) -> list[dict[str, Any]]:
     return list(found.values())
 
 
-def snapshot(server: Any, table: dict[Any, Callable[..., Any]]) -> None:
-    """What ``tampered`` compares against: taken where the worker starts serving ``table``."""
+def snapshot(server: Any, table: dict[Any, Callable[..., Any]], conn: Any = None) -> None:
+    """What ``tampered`` compares against: taken where the worker starts serving ``table`` over
+    ``conn`` (its socket: an attribute set on the object itself, ``conn.send_bytes = ...``,
+    would rewrite or read every reply without touching the class; red team 2026-11-26)."""
     getters = _timers() | _handlers(server, table)
+    if conn is not None:
+        getters["socket"] = lambda: type(conn)
+        getters["socket attributes"] = lambda: frozenset(vars(conn))
     for namespace in _namespaces(server):
         getters |= _module(namespace)
     _SNAPSHOT.clear()

@@ -545,7 +545,7 @@ def serve(conn: Connection, server: WorkerServer) -> None:
     """Answer commands until ``exit`` or a closed socket. A command this role does not take, or
     an unknown one, is answered with an error like any other failure."""
     handlers = server.handlers()
-    timer_guard.snapshot(server, handlers)  # before any command: before any candidate code
+    timer_guard.snapshot(server, handlers, conn)  # before any command: before any candidate code
     while True:
         try:
             request = decode(conn.recv_bytes())

@@ -43,12 +43,15 @@ reference sample records whether the candidate ran since the reference's previou
 timed once more at once, the candidate still stopped (``ref_again_ms``): ``checks.interference``
 compares the two kinds of the reference's own times (``reference_disturbed``).
 
-What is not covered: with calls under ~15 us, K exceeds the 64 fresh sets a sample gets, so a
-set repeats within a sample and a cache keyed on its address or values hits for the repeats. One
-call is compared per checked sample, on a few samples: a candidate that skips the work on a
-fraction f of its calls is caught on each checked sample with chance f only (almost surely where
-it is right on few of them, such as the last call alone), and the digests of the calls not
-fetched are its own word.
+K comes from the reference's warm-up alone and never exceeds the fresh sets a sample gets
+(``max_timing_sets``, and what fits in ``timing_sets_bytes``): every timed call has inputs of its
+own. Below ~15 us a call, a sample is then shorter than ``sample_target_ms``.
+
+What is not covered: one call is compared per checked sample, and a sample is checked with
+chance ``check_output_fraction`` (with no cap, the launch samples included): a candidate that
+skips the work on a fraction f of its calls in a fraction g of its samples is caught on each
+checked sample with chance f, so over n samples with chance 1 - (1 - p f)^(g n); the digests of
+the calls not fetched are its own word.
 
 The clock and the endpoints are parameters, so this logic is tested on CPU with fakes.
 """
@@ -218,7 +221,7 @@ def measure_paired(
         rng,
         clock,
         rtt={id(ref): ref.round_trip_ms(), id(cand): cand.round_trip_ms()},
-        sets=min(k, cfg.max_timing_sets),
+        sets=k,  # one fresh set per call (``_choose_calls`` caps K to the sets)
         max_bytes=max(0, cfg.timing_sets_bytes - k * sizes.out_bytes),
     )
     out = PairedOutcome(calls_per_sample=k)
@@ -228,15 +231,19 @@ def measure_paired(
         out.lead_us = cfg.lead_us + min(cfg.max_lead_ms, 1.5 * k * host_ms) * 1000
     started = clock()
     sample = 0
+    # The precision stop is tried every ten samples from a secret phase: at a fixed one the last
+    # sample's index, and the always-checked pair after it, were predictable (red team
+    # 2026-11-26: honest only on multiples of ten once the random checks were spent).
+    phase = rng.randrange(10)
     while True:
         reply, behind = _sample(out, sides, sample)
         if behind and out.lead_us is not None:  # a host fell behind the spin: lengthen it
             out.host_behind += 1
             out.lead_us = min(2 * out.lead_us, 4000 * cfg.max_lead_ms)
-        if _should_check(sample, out.checked, cfg, rng):
+        if _should_check(sample, cfg, rng):
             _check(out, check, sample, reply, rng)
         sample += 1
-        reason = _stop_reason(out, sample, cfg, clock() - started)
+        reason = _stop_reason(out, sample, cfg, clock() - started, phase)
         if reason:
             out.stop_reason = reason
             break
@@ -252,7 +259,9 @@ def measure_paired(
         # short there, however far behind the host falls.
         launch = PairedOutcome(k, lead_us=cfg.lead_us)
         for _ in range(cfg.launch_samples):
-            _sample(launch, sides, sample)
+            reply, _ = _sample(launch, sides, sample)
+            if rng.random() < cfg.check_output_fraction:  # outputs count here too
+                _check(out, check, sample, reply, rng)
             sample += 1
         launch.estimate = out.launch_estimate = _estimate(launch.ref_ms, launch.cand_ms, cfg, resamples=200)
         launch.wall_estimate = _estimate(launch.ref_wall_ms, launch.cand_wall_ms, cfg, resamples=200)
@@ -336,7 +345,7 @@ def _check(
 
 
 def _stop_reason(
-    out: PairedOutcome, sample: int, cfg: TimingConfig, elapsed_s: float
+    out: PairedOutcome, sample: int, cfg: TimingConfig, elapsed_s: float, phase: int = 0
 ) -> TimingStopReason | None:
     if out.failures:
         return "output_check_failed"
@@ -345,7 +354,7 @@ def _stop_reason(
     over_budget = out.sampling_s >= cfg.budget_s
     if over_budget and (sample >= cfg.budget_min_samples or elapsed_s >= 3 * cfg.budget_s):
         return "budget"
-    if sample >= cfg.min_samples and sample % 10 == 0:
+    if sample >= cfg.min_samples and sample % 10 == phase:
         # The bootstrap costs milliseconds: run it every ten samples, or the GPU idles between
         # samples, its clock drops, and the samples get noisy (seen on the H100).
         out.estimate = _estimate(out.ref_ms, out.cand_ms, cfg, resamples=min(400, cfg.bootstrap_resamples))
@@ -357,9 +366,14 @@ def _stop_reason(
 def _choose_calls(
     ref: Endpoint, cand: Endpoint, cfg: TimingConfig, clock: Callable[[], float]
 ) -> tuple[int, float, Warmup]:
-    """Warm both sides by count and by time, then pick K from the trusted per-call estimate.
-    Also returns the slower side's per-call estimate (the host time that the lead must cover)
-    and the reference's warm-up, whose sizes plan a sample's memory."""
+    """Warm both sides by count and by time, then pick K from the reference's per-call estimate
+    (the trusted clock over a trusted worker's count: a candidate's warm-up count is its word,
+    and one that reported more calls, or ran its warm-up sets from a cache, got K in the
+    hundreds, past the fresh sets a sample has: red team 2026-11-26, 7x with no finding). K is
+    capped so that every call of a sample gets a fresh set of its own and one set and one
+    output per call fit in ``timing_sets_bytes``. Also returns the slower side's per-call
+    estimate (the host time that the lead must cover) and the reference's warm-up, whose sizes
+    plan a sample's memory."""
     estimates, warm = [], []
     for side in (ref, cand):
         t0 = clock()
@@ -367,21 +381,18 @@ def _choose_calls(
         wall_ms = (clock() - t0) * 1000 - side.round_trip_ms()
         estimates.append(max(wall_ms, 1e-6) / max(w.calls, 1))
         warm.append(w)
-    k = stats.calls_per_sample(
-        min(estimates), cfg.tiny_call_ms, cfg.sample_target_ms, cfg.max_calls_per_sample
-    )
-    # A sample keeps all K outputs (one is fetched after the reply) beside its input sets: the
-    # reference's sizes (a trusted worker's; the candidate's outputs must have the same shapes)
-    # cap K so that one set and K outputs fit in timing_sets_bytes.
+    k = stats.calls_per_sample(estimates[0], cfg.tiny_call_ms, cfg.sample_target_ms, cfg.max_calls_per_sample)
+    # The reference's sizes (a trusted worker's; the candidate's outputs must have the same shapes).
     sizes = warm[0]
-    fit = max(1, (cfg.timing_sets_bytes - sizes.set_bytes) // max(sizes.out_bytes, 1))
-    return min(k, fit), max(estimates), sizes
+    fit = max(1, cfg.timing_sets_bytes // max(sizes.set_bytes + sizes.out_bytes, 1))
+    return min(k, cfg.max_timing_sets, fit), max(estimates), sizes
 
 
-def _should_check(sample: int, checked: int, cfg: TimingConfig, rng: random.Random) -> bool:
-    # Always the first sample, then a few at random: the candidate learns which only afterwards.
-    # Few, because fetching a large output leaves the GPU idle and its clock drops.
-    return sample == 0 or (checked < cfg.max_output_checks and rng.random() < cfg.check_output_fraction)
+def _should_check(sample: int, cfg: TimingConfig, rng: random.Random) -> bool:
+    """The first sample, then each with probability ``check_output_fraction``, drawn after its
+    reply and with no cap: a candidate that counted the checks down (there were at most four),
+    or waited them out, returned garbage afterwards and kept 1.4x (red team 2026-11-26)."""
+    return sample == 0 or rng.random() < cfg.check_output_fraction
 
 
 def _estimate(
