@@ -29,3 +29,10 @@ def test_seeds_are_not_a_twister_stream_a_candidate_could_rebuild() -> None:
     twister = random.Random(42)
     twister.getrandbits(62)  # the old init seed
     assert [seeds.next() for _ in range(4)] != [twister.getrandbits(62) for _ in range(4)]
+
+
+def test_the_recorded_base_makes_a_secret_evaluations_seeds_again() -> None:
+    secret = Seeds(None)
+    drawn = [secret.next() for _ in range(3)]
+    again = Seeds(secret.base)
+    assert again.init == secret.init and [again.next() for _ in range(3)] == drawn

@@ -36,14 +36,15 @@ from cudal1.schema import Finding, Severity, Stage, Task
 class Seeds:
     """Secret per-evaluation seeds (or reproducible ones from ``EvalConfig.seed``).
 
-    Each seed is a keyed hash of its position (HMAC-SHA256 under a secret 256-bit key, or under
-    the configured seed for reproducible runs), not the next output of a Mersenne Twister: the
-    candidate's worker sees one seed per timed sample, and a few hundred consecutive twister
-    outputs would let it rebuild the generator and know every later sample's inputs ahead."""
+    Each seed is a keyed hash of its position (HMAC-SHA256 keyed by ``base``: secret random bits,
+    or the configured seed), not the next output of a Mersenne Twister: the candidate's worker
+    sees one seed per timed sample, and a few hundred consecutive twister outputs would let it
+    rebuild the generator and know every later sample's inputs ahead. ``base`` is recorded in
+    the result once the evaluation is over, so its seeds can be made again."""
 
     def __init__(self, base: int | None) -> None:
         self.base = base if base is not None else secrets.randbits(62)
-        self._key = secrets.token_bytes(32) if base is None else str(base).encode()
+        self._key = str(self.base).encode()
         self._count = 0
         self.init = self.next()
 
