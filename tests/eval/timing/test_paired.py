@@ -237,7 +237,9 @@ def test_output_checks_do_not_count_against_the_budget():
 def test_budget_waits_for_a_minimum_of_samples_within_three_budgets():
     clock = FakeClock()
     out = _measure(FakeEndpoint(clock, 400.0), FakeEndpoint(clock, 400.0), _cfg(budget_s=1.0))
-    assert out.stop_reason == "budget" and len(out.ref_ms) == 4  # 3 s of 0.8 s pairs: the hard stop
+    # 3 s of 0.8 s pairs (1.2 s where the reference is timed again, paired.REFERENCE_AGAIN): the
+    # hard stop comes after 3 or 4 of them, well short of the minimum the config asks for.
+    assert out.stop_reason == "budget" and len(out.ref_ms) in (3, 4) and len(out.ref_ms) < _cfg().min_samples
 
 
 def test_every_sample_makes_fresh_inputs_inside_its_timed_request():
