@@ -106,13 +106,14 @@ class RunDirectory:
             yield db
 
     @contextlib.contextmanager
-    def logging(self) -> Iterator[None]:
-        """``cudal1`` records at INFO and above go to the run's log while the context lasts;
-        RunError when the directory or the log cannot be created."""
+    def logging(self, name: str = LOG_FILE) -> Iterator[None]:
+        """``cudal1`` records at INFO and above go to the run's log (or the log ``name``: another
+        process of a multi-process launch writes its own) while the context lasts; RunError when
+        the directory or the log cannot be created."""
         with contextlib.ExitStack() as stack:
-            with self._writing(f"write {LOG_FILE}"):
+            with self._writing(f"write {name}"):
                 self.path.mkdir(parents=True, exist_ok=True)
-                stack.enter_context(run_log(self.log_file))
+                stack.enter_context(run_log(self.path / name))
             yield
 
     @contextlib.contextmanager

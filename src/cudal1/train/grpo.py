@@ -15,7 +15,9 @@ built, so better variants show up as exemplars: the paper's two loops together.
 
 What it keeps from the paper and drops: GRPO on the speedup reward and contrastive prompts, yes;
 the paper's exact reward scaling and its bucketed exemplar sampling are ours (``train.reward``,
-``search.exemplars``); one process and one pool (multi-GPU training is not wired up).
+``search.exemplars``). Under a multi-process launch (``accelerate launch``, one process per
+training GPU) the processes share the run directory, its database and one evaluator service on
+GPUs of its own (``train.ranks``).
 
 The run directory (``--out``): ``config.yaml``, ``candidates.db`` (every completion with its
 step), ``hack-cases.db`` (shipped cases plus the hacks confirmed here), ``steps.jsonl`` (rewards
@@ -29,6 +31,7 @@ candidates left pending are evaluated before training goes on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -44,8 +47,9 @@ from cudal1.audit import open_case_db
 from cudal1.config import GRPOStageConfig
 from cudal1.eval.pool import Pool
 from cudal1.eval.pool_kinds import make_pool
+from cudal1.eval.pool_service import PoolService, RemotePool, ServiceAddress
 from cudal1.run.database import CandidateDB
-from cudal1.run.directory import RunDirectory, start_session
+from cudal1.run.directory import LOG_FILE, RunDirectory, start_session
 from cudal1.schema import Task
 from cudal1.search.contrastive import task_prompt
 from cudal1.search.lifecycle import evaluate_rows
@@ -67,6 +71,7 @@ from cudal1.train.models import (
 )
 from cudal1.train.phases import PhaseCallback, PhaseGate, same_device
 from cudal1.train.pool_reward import PoolReward
+from cudal1.train.ranks import Ranks, mark_ready, wait_until_ready
 
 log = logging.getLogger(__name__)
 
@@ -171,40 +176,53 @@ def run_grpo(
 
     ``judge`` overrides ``config.audit.judge`` (tests inject a ``ScriptedJudge``); ``seeds`` are
     ``config.seed_files`` already loaded; ``progress`` gets a ``TrainStep`` event per logged step.
+    Under a multi-process launch (``accelerate launch``, ``torchrun``) every process runs this;
+    what they share and who does what is ``train.ranks``'s.
     """
     run = RunDirectory(out)
-    check_stage_start(run, resume)
-    seeds = seeds if seeds is not None else load_seeds(config.seed_files, tasks)
-    run.write_config(config)
-    out = run.path
     device = training_device(config.device)
+    ranks = Ranks.current(cpu=device == "cpu")
+    if ranks.several:
+        check_own_eval_devices(device, pool_devices(config))
+
+    def start() -> None:
+        check_stage_start(run, resume)
+        run.write_config(config)
+
+    ranks.from_main(start)
+    seeds = seeds if seeds is not None else load_seeds(config.seed_files, tasks)
+    out = run.path
     args = grpo_arguments(config, out, device)
-    with (
-        run.session() as db,
-        open_case_db(case_db_path(out, config.audit)) as cases,
-        make_pool(config.eval, config.pool, devices=pool_devices(config)) as pool,
-    ):
-        run_id = start_session(db, run, tasks, config, note="grpo resume" if resume else "grpo")
-        by_name = {t.name: t for t in tasks}
-        gate = PhaseGate(shares_device(device, pool.devices), reserve=_reserver(pool, device))
+    by_name = {t.name: t for t in tasks}
+    with contextlib.ExitStack() as stack:
+        db, run_id, pool = _session_and_pool(stack, run, tasks, config, ranks, resume)
+        cases = stack.enter_context(open_case_db(case_db_path(out, config.audit)))
+        gate = PhaseGate(
+            shares_device(device, pool.devices) and not ranks.several, reserve=_reserver(pool, device)
+        )
         log.info(
-            "GRPO on %s, pool on %s, phases %s, rewards over %s",
+            "GRPO on %s%s, pool on %s, phases %s, rewards over %s",
             device,
+            f" (process {ranks.index + 1} of {ranks.count})" if ranks.several else "",
             pool.devices,
             "alternate" if gate.shared else "overlap",
             config.reward.bar,
         )
-        store_round_zero(
-            db,
-            by_name,
-            seeds,
-            run_id,
-            baselines=config.seed_baselines,
-            labels=config.baseline_labels,
-            # A Ray pool names no local devices: its actors each time on a GPU.
-            cuda=not pool.devices or any(not d.startswith("cpu") for d in pool.devices),
-        )
-        _evaluate_pending(db, pool, by_name, gate)
+        if ranks.main:
+            store_round_zero(
+                db,
+                by_name,
+                seeds,
+                run_id,
+                baselines=config.seed_baselines,
+                labels=config.baseline_labels,
+                # A Ray pool names no local devices: its actors each time on a GPU.
+                cuda=not pool.devices or any(not d.startswith("cpu") for d in pool.devices),
+            )
+            _evaluate_pending(db, pool, by_name, gate)
+            mark_ready(db, run_id)
+        else:
+            wait_until_ready(db, run_id)
         auditor = RewardAuditor(config.audit, config.reward, judge or make_judge(config.audit), cases, db)
         reward = PoolReward(
             db,
@@ -215,7 +233,8 @@ def run_grpo(
             gate,
             group_size=config.num_generations,
             run_id=run_id,
-            steps_file=out / STEPS_FILE,
+            steps_file=out / ranks.file_name(STEPS_FILE),
+            ranks=ranks,
         )
         model, tokenizer = load_policy(model_path, bf16=bool(args.bf16))
         trainer = GRPOTrainer(
@@ -230,7 +249,58 @@ def run_grpo(
         checkpoint = last_checkpoint(out) if resume else None
         log.info("GRPO from %s%s", model_path, f", resuming from {checkpoint.name}" if checkpoint else "")
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-        return save_policy(trainer.model, tokenizer, out / MODEL_DIR)
+        if ranks.main:
+            save_policy(trainer.model, tokenizer, out / MODEL_DIR)
+        ranks.barrier()  # no process's rewards are in flight once every one is here
+        return out / MODEL_DIR
+
+
+def check_own_eval_devices(train_device: str, eval_devices: Sequence[str]) -> None:
+    """Under a multi-process launch the evaluator needs GPUs no process trains on: the phase
+    gate that makes training and timing take turns sees only its own process. A CPU shared
+    with the evaluator is allowed (CPU timings are a test setting, not a measurement)."""
+    if train_device.startswith("cuda") and shares_device(train_device, eval_devices):
+        raise TrainError(
+            f"this process trains on {train_device}, which the evaluator times on "
+            f"({', '.join(eval_devices)}): under a multi-process launch give the evaluator GPUs "
+            "of its own with --eval-devices"
+        )
+
+
+def _session_and_pool(
+    stack: contextlib.ExitStack,
+    run: RunDirectory,
+    tasks: Sequence[Task],
+    config: GRPOStageConfig,
+    ranks: Ranks,
+    resume: bool,
+) -> tuple[CandidateDB, int, Pool]:
+    """The run's database, the session's id and the pool this process submits to: the pool
+    itself in a single process. Under a multi-process launch the main process opens the session
+    and starts the evaluator service; the others open the database it made and a client of the
+    service (its address and key reach them through the launcher's collective)."""
+    db = stack.enter_context(run.session()) if ranks.main else None
+
+    def record_session() -> int:
+        assert db is not None
+        return start_session(db, run, tasks, config, note="grpo resume" if resume else "grpo")
+
+    if not ranks.several:
+        pool = stack.enter_context(make_pool(config.eval, config.pool, devices=pool_devices(config)))
+        return cast(CandidateDB, db), record_session(), pool
+
+    def start_service() -> tuple[int, ServiceAddress]:
+        run_id = record_session()
+        service = stack.enter_context(
+            PoolService.start(config.eval, config.pool, devices=pool_devices(config))
+        )
+        return run_id, service.address
+
+    run_id, address = ranks.from_main(start_service)
+    if db is None:
+        stack.enter_context(run.logging(ranks.file_name(LOG_FILE)))
+        db = stack.enter_context(run.open_db())
+    return db, run_id, stack.enter_context(RemotePool(address))
 
 
 def _evaluate_pending(db: CandidateDB, pool: Pool, tasks: dict[str, Task], gate: PhaseGate) -> None:

@@ -9,7 +9,9 @@ the prompts, the completions and the dataset's extra columns (``task``, ``prompt
    the prompt's hash and its exemplars as parents; a reply with no usable ``ModelNew`` is a
    parse failure, a source the task already has reuses that candidate and its result;
 2. evaluates the new candidates together on the pool, inside the phase gate's ``evaluating()``
-   (on a shared GPU nothing of the policy runs meanwhile: ``phases.py``);
+   (on a shared GPU nothing of the policy runs meanwhile: ``phases.py``); under a multi-process
+   launch, a candidate another process stored first is waited for instead (``ranks.py``), and
+   one left without a verdict (the evaluator raised) earns no reward, never ``incorrect``;
 3. turns each result into the reward of ``train.reward.reward_from_result`` (parse failures and
    failed stages earn ``incorrect``, rejections ``reject``) over the task's bar
    (``reward_bar.py``: eager, or the faster of eager and torch.compile), capped by the task's
@@ -43,10 +45,14 @@ from cudal1.schema import EvalResult, Task
 from cudal1.search.lifecycle import evaluate_rows, store_reply
 from cudal1.train.auditing import AuditedReward, RewardAuditor
 from cudal1.train.phases import PhaseGate
+from cudal1.train.ranks import Ranks, wait_for_rows
 from cudal1.train.reward import cap_held, reward_from_result
 from cudal1.train.reward_bar import RewardBars
 
 log = logging.getLogger(__name__)
+
+# How long a completion waits for another process's evaluation of the same source.
+OTHERS_TIMEOUT_S = 3600.0
 
 
 def sol_ms(result: EvalResult) -> float | None:
@@ -81,10 +87,12 @@ class PoolReward:
         group_size: int,
         run_id: int,
         steps_file: Path | None = None,
+        ranks: Ranks | None = None,
     ) -> None:
         self.db, self.pool, self.tasks, self.reward = db, pool, tasks, reward
         self.auditor, self.gate, self.group_size, self.run_id = auditor, gate, group_size, run_id
         self.steps_file = steps_file
+        self.ranks = ranks or Ranks()
         self.bars = RewardBars(db, reward.bar)
 
     async def __call__(
@@ -103,10 +111,19 @@ class PoolReward:
         ids, errors = self._store(completions, task, prompt_hash, parent_ids, step)
         rows = {i: self.db.get(i) for i in set(ids)}
         pending = [r for r in rows.values() if r.status is CandidateStatus.PENDING]
+        # Under a multi-process launch a source another process stored first is evaluated there.
+        ours = f"grpo-s{step}-{self.ranks.label_prefix()}"
+        mine = [r for r in pending if not self.ranks.several or r.label.startswith(ours)]
         with self.gate.evaluating():
-            await evaluate_rows(self.db, self.pool, self.tasks, pending)
+            await evaluate_rows(self.db, self.pool, self.tasks, mine)
+        await wait_for_rows(self.db, [r.id for r in pending if r not in mine], timeout_s=OTHERS_TIMEOUT_S)
         results = [self.db.get(i).result if e is None else None for i, e in zip(ids, errors, strict=True)]
-        audited = [await self._reward(i, r) for i, r in zip(ids, results, strict=True)]
+        # A candidate still pending has no verdict (the evaluator raised, or another process's
+        # evaluation of it never came back): no reward, as for an evaluator error.
+        unjudged = [e is None and r is None for e, r in zip(errors, results, strict=True)]
+        audited = [
+            None if u else await self._reward(i, r) for i, r, u in zip(ids, results, unjudged, strict=True)
+        ]
         held = [a is not None and a.held for a in audited]
         rewards = cap_held([None if a is None else a.reward for a in audited], held, self.group_size)
         extra = {
@@ -125,7 +142,7 @@ class PoolReward:
 
     async def _reward(self, cand_id: int, result: EvalResult | None) -> AuditedReward | None:
         """One completion's reward over its task's bar, after the audit (None: no reward)."""
-        if result is None:  # a parse failure, or an evaluation the evaluator could not finish
+        if result is None:  # a parse failure
             return AuditedReward(self.reward.incorrect, (), "")
         if result.evaluator_error:
             # The trusted side failed twice (eval/pool.py retries once alone): no verdict on the
@@ -160,7 +177,8 @@ class PoolReward:
                     step=step,
                 )
                 text = completion_text(completion)
-                cand_id, error = store_reply(self.db, self.tasks[name], text, prov, label=f"grpo-s{step}-{i}")
+                label = f"grpo-s{step}-{self.ranks.label_prefix()}{i}"
+                cand_id, error = store_reply(self.db, self.tasks[name], text, prov, label=label)
                 ids.append(cand_id)
                 errors.append(error)
         return ids, errors

@@ -1,0 +1,85 @@
+"""GRPO launched as two processes on CPU (``torchrun``, what ``accelerate launch`` runs under):
+one run directory, one database, one evaluator service, each candidate evaluated once."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from train_fixtures import GELU
+
+from cudal1.run.database import CandidateDB
+from cudal1.train.grpo import check_own_eval_devices
+from cudal1.train.models import TrainError
+from cudal1.train.ranks import Ranks
+
+
+def _config(tmp_path: Path, eval_config: dict[str, Any]) -> Path:
+    data = {
+        "optim": {"report_to": "none", "batch_size": 4, "max_steps": 2, "save_steps": 1, "learning_rate": 1e-3},
+        "lora": {"r": 4},
+        "num_generations": 4,
+        "sampling": {"max_tokens": 400},
+        "seed_baselines": False,
+        "device": "cpu",
+        "size": "cpu",
+        "eval": eval_config,
+        "pool": {"workers": 2, "spares": 1},
+    }
+    path = tmp_path / "grpo.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_two_processes_share_one_database_and_one_evaluator(
+    answering_model: Path, tmp_path: Path, eval_config: dict[str, Any]
+) -> None:
+    out = tmp_path / "grpo"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    cmd += ["-m", "cudal1.cli", "train", "grpo", "--model", str(answering_model), "--out", str(out)]
+    cmd += ["--tasks", GELU.name, "--config", str(_config(tmp_path, eval_config))]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    said = done.stdout + done.stderr + (out / "run.log").read_text() + (out / "run-rank-1.log").read_text()
+
+    assert len(re.findall(r"evaluator service on ", said)) == 1  # one service, started once
+    assert re.search(r"process 2 of 2", said)  # the second process trained too
+    with CandidateDB(out / "candidates.db") as db:
+        rows = db._query("SELECT * FROM candidates")
+        assert not db.pending(GELU.name)
+    evaluated = [r for r in rows if r.status.value == "evaluated"]
+    assert evaluated and all(r.result is not None for r in evaluated)
+    # every evaluation logged once, by whichever process stored the candidate first
+    logged = Counter(int(i) for i in re.findall(rf"{GELU.name} #(\d+) grpo-s\d+-r[01]-\d+ ", said))
+    assert set(logged) == {r.id for r in evaluated} and max(logged.values()) == 1
+    for name in ("steps.jsonl", "steps-rank-1.jsonl"):  # both processes rewarded both steps
+        records = [json.loads(line) for line in (out / name).read_text().splitlines()]
+        assert {r["step"] for r in records} == {0, 1}
+        assert all(isinstance(x, float) for r in records for x in r["rewards"])
+    assert (out / "model" / "config.json").is_file()
+
+
+def test_a_process_that_trains_on_an_evaluation_gpu_is_refused() -> None:
+    with pytest.raises(TrainError, match="GPUs of its own"):
+        check_own_eval_devices("cuda:0", ["cuda:0", "cuda:1"])
+    check_own_eval_devices("cuda:0", ["cuda:1"])
+    check_own_eval_devices("cpu", ["cpu"])  # a test setting: allowed
+
+
+def test_one_process_is_its_own_main_and_names_its_files_as_before(monkeypatch) -> None:
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    ranks = Ranks.current(cpu=True)
+    assert ranks.main and not ranks.several
+    assert ranks.file_name("steps.jsonl") == "steps.jsonl" and ranks.label_prefix() == ""
+    assert ranks.from_main(lambda: 7) == 7
+    second = Ranks(index=1, count=2)
+    assert second.file_name("steps.jsonl") == "steps-rank-1.jsonl" and second.label_prefix() == "r1-"
