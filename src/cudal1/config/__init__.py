@@ -47,6 +47,7 @@ from cudal1.config.train import (
     RewardConfig,
     SamplingSettings,
     SelfSupConfig,
+    SelfSupLLM,
     SFTStageConfig,
 )
 
@@ -76,6 +77,7 @@ __all__ = [
     "SamplingSettings",
     "SandboxConfig",
     "SelfSupConfig",
+    "SelfSupLLM",
     "Size",
     "Suite",
     "StrictConfig",
