@@ -48,7 +48,12 @@ train_app = typer.Typer(
     no_args_is_help=True,
 )
 
-ModelOpt = Annotated[Path, typer.Option("--model", help="local model directory (transformers format)")]
+ModelOpt = Annotated[
+    Path,
+    typer.Option(
+        "--model", help="local model directory (transformers format), or a LoRA adapter saved by a stage"
+    ),
+]
 OutOpt = Annotated[Path, typer.Option("--out", help="output directory: config, logs, checkpoints, model/")]
 TasksOpt = Annotated[
     str | None,

@@ -113,16 +113,32 @@ class ExportConfig(StrictConfig):
     )
 
 
+ModelSave = Literal["merged", "adapter"]
+
+
 class LoraSettings(StrictConfig):
-    """Low-rank adapters through peft; merged into the model when a stage saves it."""
+    """Low-rank adapters through peft; merged into the model when a stage saves it, unless
+    ``save`` is ``adapter``."""
 
     enabled: bool = Field(True, description="train LoRA adapters instead of every weight")
+    save: ModelSave = Field(
+        "merged",
+        description="what a stage saves as OUT/model: merged (a plain model, the adapters merged in) or "
+        "adapter (only the adapter, megabytes instead of the whole model; its adapter_config.json "
+        "names the base model's path, which must stay where it is for the next stage and hf: to load it)",
+    )
     r: int = Field(16, ge=1, description="adapter rank")
     alpha: int = Field(32, ge=1, description="adapter scaling (lora_alpha)")
     dropout: float = Field(0.05, ge=0, lt=1, description="dropout on the adapter input")
     target_modules: tuple[str, ...] | Literal["all-linear"] = Field(
         "all-linear", description="module names that get adapters, or every linear layer"
     )
+
+    @model_validator(mode="after")
+    def _adapter_needs_lora(self) -> LoraSettings:
+        if self.save == "adapter" and not self.enabled:
+            raise ValueError("save=adapter needs LoRA (enabled=true): a full fine-tune has no adapter")
+        return self
 
 
 class OptimSettings(StrictConfig):

@@ -20,7 +20,8 @@ the paper's exact reward scaling and its bucketed exemplar sampling are ours (``
 The run directory (``--out``): ``config.yaml``, ``candidates.db`` (every completion with its
 step), ``hack-cases.db`` (shipped cases plus the hacks confirmed here), ``steps.jsonl`` (rewards
 and speedups per step), ``run.log``, ``checkpoints/`` (TRL checkpoints with TensorBoard logs
-under ``checkpoints/runs``) and ``model/`` (the trained policy, adapters merged). A killed run
+under ``checkpoints/runs``) and ``model/`` (the trained policy, adapters merged; or the adapter
+alone with ``lora.save: adapter``). A killed run
 resumes from its newest complete checkpoint with ``resume=True``; completions evaluated after
 that checkpoint stay in the database (a repeated source reuses its stored result), and
 candidates left pending are evaluated before training goes on.
@@ -59,7 +60,7 @@ from cudal1.train.models import (
     check_stage_start,
     last_checkpoint,
     load_policy,
-    lora_config,
+    lora_for,
     progress_callbacks,
     save_policy,
     trainer_arguments,
@@ -217,20 +218,20 @@ def run_grpo(
             run_id=run_id,
             steps_file=out / STEPS_FILE,
         )
-        model, tokenizer = load_policy(model_path, bf16=bool(args.bf16))
+        model, tokenizer = load_policy(model_path, bf16=bool(args.bf16), train_adapter=config.lora.enabled)
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=[cast(Any, reward)],  # an async callable class, which TRL awaits
             args=args,
             train_dataset=live_prompts(db, tasks, config),
             processing_class=tokenizer,
-            peft_config=lora_config(config.lora),
+            peft_config=lora_for(model, config.lora),
             callbacks=[PhaseCallback(gate), *progress_callbacks(progress, "grpo")],
         )
         checkpoint = last_checkpoint(out) if resume else None
         log.info("GRPO from %s%s", model_path, f", resuming from {checkpoint.name}" if checkpoint else "")
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-        return save_policy(trainer.model, tokenizer, out / MODEL_DIR)
+        return save_policy(trainer.model, tokenizer, out / MODEL_DIR, config.lora.save)
 
 
 def _evaluate_pending(db: CandidateDB, pool: Pool, tasks: dict[str, Task], gate: PhaseGate) -> None:
