@@ -36,6 +36,7 @@ from cudal1.config.search import (
     Transform,
 )
 from cudal1.config.train import (
+    ROUND_MODEL,
     AuditConfig,
     AuditOutcome,
     CollectConfig,
@@ -53,6 +54,7 @@ from cudal1.config.train import (
 )
 
 __all__ = [
+    "ROUND_MODEL",
     "AuditConfig",
     "AuditOutcome",
     "BudgetConfig",

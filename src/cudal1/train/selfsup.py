@@ -44,8 +44,7 @@ from pathlib import Path
 
 from datasets import Dataset
 
-from cudal1.config import SelfSupConfig
-from cudal1.config.train import ROUND_MODEL
+from cudal1.config import ROUND_MODEL, SelfSupConfig
 from cudal1.eval.pool import Pool
 from cudal1.eval.pool_kinds import make_pool
 from cudal1.llm import (
@@ -87,7 +86,7 @@ def run_selfsup(
     when a round's sampling fails (a dead endpoint: what was sampled stays stored)."""
     run = RunDirectory(out)
     check_stage_start(run, resume)
-    sampler(config, model_path, Ledger())  # a bad spec, option or model fails before the pool starts
+    sampling_backend(config, model_path, Ledger())  # a bad spec, option or model fails here, not later
     run.write_config(config)
     out = run.path
     current = Path(model_path)
@@ -114,7 +113,7 @@ def run_selfsup(
     return final
 
 
-def sampler(config: SelfSupConfig, model: Path, ledger: Ledger) -> LLMBackend:
+def sampling_backend(config: SelfSupConfig, model: Path, ledger: Ledger) -> LLMBackend:
     """The backend of ``config.llm`` for a round that trains from ``model`` (``{model}`` in the
     spec becomes its absolute path); a backend that takes a device gets the stage's unless its
     options name one."""
@@ -146,7 +145,7 @@ def _round(
     stored = db.tasks_in_round(r)
     todo = [t for t in tasks if t.name not in stored]
     if todo:
-        _sample_round(db, todo, config, r, sampler(config, model, ledger), run_id)
+        _sample_round(db, todo, config, r, sampling_backend(config, model, ledger), run_id)
     asyncio.run(evaluate_rows(db, pool, by_name, [row for row in db.pending() if row.task in by_name]))
     rows = [row for t in tasks for row in db.evaluated(t.name) if row.round == r]
     samples = len(tasks) * config.samples  # each task's samples of a round are stored together
