@@ -33,6 +33,7 @@ from learning_check import pick_tasks  # noqa: E402
 from tiny_policy import build_policy  # noqa: E402
 
 from cudal1.config import GRPOStageConfig  # noqa: E402
+from cudal1.llm.model_dir import is_model_dir  # noqa: E402
 from cudal1.train.grpo import STEPS_FILE, run_grpo  # noqa: E402
 
 console = Console()
@@ -80,7 +81,7 @@ def main() -> None:
     cuda = torch.cuda.is_available()
     tasks = pick_tasks(args.tasks, "gpu" if cuda else "cpu")
     shutil.rmtree(args.work, ignore_errors=True)
-    model = args.model if (args.model / "config.json").is_file() else build_policy(args.work / "tiny", tasks)
+    model = args.model if is_model_dir(args.model) else build_policy(args.work / "tiny", tasks)
     cfg = GRPOStageConfig.model_validate(
         {
             "optim": {"learning_rate": 1e-4, "max_steps": args.steps, "batch_size": 16, "save_steps": 1000},

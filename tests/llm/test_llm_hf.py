@@ -7,6 +7,7 @@ is initialised from a config, both are saved to a temporary directory and loaded
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from pathlib import Path
 
@@ -150,7 +151,54 @@ def test_aclose_drops_the_model_and_reloads(backend: HFBackend) -> None:
 
 def test_unloadable_directory_is_an_llm_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (tmp_path / "config.json").write_text("{}")  # looks like a model directory, holds none
     b = create_backend(f"hf:{tmp_path}", device="cpu")
     with pytest.raises(LLMError, match="cannot load model from"):
         asyncio.run(b.complete("x"))
     assert b.ledger.summary()["errors"] == 1
+
+
+def test_a_directory_with_no_model_fails_when_the_backend_is_built(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not a local model directory .*never downloaded"):
+        create_backend(f"hf:{tmp_path}", device="cpu")
+
+
+def save_adapter(base: Path, out: Path) -> Path:
+    """A LoRA adapter over ``base`` with random (not zero) weights, saved as a stage saves one."""
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    model = transformers.AutoModelForCausalLM.from_pretrained(base, local_files_only=True)
+    torch.manual_seed(1)
+    lora = peft.LoraConfig(r=4, lora_alpha=64, target_modules="all-linear", init_lora_weights=False)
+    peft.get_peft_model(model, lora).save_pretrained(out)
+    transformers.AutoTokenizer.from_pretrained(base, local_files_only=True).save_pretrained(out)
+    return out
+
+
+def test_adapter_directory_loads_its_base_with_the_adapter_merged(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch = pytest.importorskip("torch")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    adapter = save_adapter(model_dir, tmp_path / "adapter")
+    assert not (adapter / "config.json").exists()  # the adapter alone: no weights of the base
+    backend = create_backend(f"hf:{adapter}", device="cpu", dtype="float32")
+    assert isinstance(backend, HFBackend) and backend.model_dir.base == model_dir.resolve()
+    out = asyncio.run(backend.complete(MESSAGES, SamplingParams(n=2, max_tokens=4, seed=1)))
+    assert len(out) == 2 and all(1 <= c.completion_tokens <= 4 for c in out)
+    plain = create_backend(f"hf:{model_dir}", device="cpu", dtype="float32")
+    asyncio.run(plain.complete("x", SamplingParams(max_tokens=1)))
+    ids = torch.tensor([[3, 4, 5, 6]])
+    with torch.inference_mode():
+        adapted, base = backend._model(ids).logits, plain._model(ids).logits
+    assert not torch.allclose(adapted, base)  # the adapter's weights are in the model that generates
+
+
+def test_adapter_whose_base_is_missing_names_it(model_dir: Path, tmp_path: Path) -> None:
+    adapter = save_adapter(model_dir, tmp_path / "adapter")
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = str(tmp_path / "moved-away")
+    (adapter / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"LoRA adapter over .*moved-away, which is not a local model"):
+        create_backend(f"hf:{adapter}", device="cpu")

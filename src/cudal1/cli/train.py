@@ -48,7 +48,12 @@ train_app = typer.Typer(
     no_args_is_help=True,
 )
 
-ModelOpt = Annotated[Path, typer.Option("--model", help="local model directory (transformers format)")]
+ModelOpt = Annotated[
+    Path,
+    typer.Option(
+        "--model", help="local model directory (transformers format), or a LoRA adapter saved by a stage"
+    ),
+]
 OutOpt = Annotated[Path, typer.Option("--out", help="output directory: config, logs, checkpoints, model/")]
 TasksOpt = Annotated[
     str | None,
@@ -120,6 +125,19 @@ def selfsup_command(
     tasks: TasksOpt = None,
     rounds: Annotated[int | None, typer.Option(help="generate -> evaluate -> train rounds")] = None,
     samples: Annotated[int | None, typer.Option(help="samples per task per round")] = None,
+    llm: Annotated[
+        str | None,
+        typer.Option(
+            "--llm",
+            help="what samples each round: hf:{model} (default: the model the round trains from) | "
+            "openai:{model} (a server that serves that checkpoint under its path) | openai:MODEL (a "
+            "fixed model, not the one being trained) | scripted:FILE; a server's URL: --set "
+            "llm.options.base_url=URL or $OPENAI_BASE_URL",
+        ),
+    ] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(help="task prompts in flight at once (llm.concurrency)")
+    ] = None,
     device: Annotated[str | None, typer.Option(help="evaluation device: auto | cpu | cuda | cuda:N")] = None,
     devices: DevicesOpt = None,
     pool: PoolOpt = None,
@@ -129,11 +147,21 @@ def selfsup_command(
     set_: SetOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Stage 2: each round the model answers every task (local transformers), the evaluator keeps
-    the executable and correct answers, and the model is fine-tuned on them. Logs each round's
-    success rate; every sample stays in OUT/candidates.db."""
+    """Stage 2: each round a model answers every task (by default the round's own model through
+    local transformers; --llm openai:{model} asks a vLLM or SGLang server, several prompts at once),
+    the evaluator keeps the executable and correct answers, and the model is fine-tuned on them.
+    Logs each round's success rate; every sample stays in OUT/candidates.db. A server is not
+    reloaded by this command: serve OUT/round-N/model before round N+1 (then --resume), or accept
+    that a fixed --llm model samples every round."""
     setup_logging(verbose)
-    flags = {"rounds": rounds, "samples": samples, "eval.device": device, **pool_values(pool, devices)}
+    flags = {
+        "rounds": rounds,
+        "samples": samples,
+        "llm.spec": llm,
+        "llm.concurrency": concurrency,
+        "eval.device": device,
+        **pool_values(pool, devices),
+    }
     cfg = resolve_config(SelfSupConfig, _config_file(config, out, resume), set_, flags)
     task_list = session_tasks(
         tasks, out, resume=resume, add=add_tasks, size=size_for(cfg.size, cfg.eval.device)

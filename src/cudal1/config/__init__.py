@@ -36,21 +36,25 @@ from cudal1.config.search import (
     Transform,
 )
 from cudal1.config.train import (
+    ROUND_MODEL,
     AuditConfig,
     AuditOutcome,
     CollectConfig,
     ExportConfig,
     GRPOStageConfig,
     LoraSettings,
+    ModelSave,
     OptimSettings,
     RewardBar,
     RewardConfig,
     SamplingSettings,
     SelfSupConfig,
+    SelfSupLLM,
     SFTStageConfig,
 )
 
 __all__ = [
+    "ROUND_MODEL",
     "AuditConfig",
     "AuditOutcome",
     "BudgetConfig",
@@ -66,6 +70,7 @@ __all__ = [
     "GuardConfig",
     "LLMConfig",
     "LoraSettings",
+    "ModelSave",
     "OptimSettings",
     "OptimizeConfig",
     "PoolConfig",
@@ -76,6 +81,7 @@ __all__ = [
     "SamplingSettings",
     "SandboxConfig",
     "SelfSupConfig",
+    "SelfSupLLM",
     "Size",
     "Suite",
     "StrictConfig",

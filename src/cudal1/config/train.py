@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -113,16 +113,32 @@ class ExportConfig(StrictConfig):
     )
 
 
+ModelSave = Literal["merged", "adapter"]
+
+
 class LoraSettings(StrictConfig):
-    """Low-rank adapters through peft; merged into the model when a stage saves it."""
+    """Low-rank adapters through peft; merged into the model when a stage saves it, unless
+    ``save`` is ``adapter``."""
 
     enabled: bool = Field(True, description="train LoRA adapters instead of every weight")
+    save: ModelSave = Field(
+        "merged",
+        description="what a stage saves as OUT/model: merged (a plain model, the adapters merged in) or "
+        "adapter (only the adapter, megabytes instead of the whole model; its adapter_config.json "
+        "names the base model's path, which must stay where it is for the next stage and hf: to load it)",
+    )
     r: int = Field(16, ge=1, description="adapter rank")
     alpha: int = Field(32, ge=1, description="adapter scaling (lora_alpha)")
     dropout: float = Field(0.05, ge=0, lt=1, description="dropout on the adapter input")
     target_modules: tuple[str, ...] | Literal["all-linear"] = Field(
         "all-linear", description="module names that get adapters, or every linear layer"
     )
+
+    @model_validator(mode="after")
+    def _adapter_needs_lora(self) -> LoraSettings:
+        if self.save == "adapter" and not self.enabled:
+            raise ValueError("save=adapter needs LoRA (enabled=true): a full fine-tune has no adapter")
+        return self
 
 
 class OptimSettings(StrictConfig):
@@ -179,7 +195,48 @@ class SamplingSettings(StrictConfig):
     temperature: float = Field(1.0, gt=0, description="sampling temperature")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass")
     max_tokens: int = Field(4096, ge=1, description="completion tokens per sample (analysis and code)")
-    seed: int | None = Field(None, description="sampling seed of the local backend (None: not seeded)")
+    seed: int | None = Field(
+        None, description="sampling seed (None: not seeded); servers may ignore it, hf seeds torch's RNG"
+    )
+
+
+# Stands for the path of the model a self-supervised round trains from, in ``SelfSupLLM.spec``.
+ROUND_MODEL = "{model}"
+
+
+class SelfSupLLM(StrictConfig):
+    """What samples a self-supervised round: by default the round's own model through local
+    transformers (``hf:{model}``); any backend the search can use (``openai:`` for a vLLM or
+    SGLang server, ``scripted:`` for dry runs) otherwise."""
+
+    spec: str = Field(
+        f"hf:{ROUND_MODEL}",
+        description=f"hf:PATH | openai:MODEL | scripted:FILE; {ROUND_MODEL} stands for the absolute path of "
+        "the model the round trains from (round 1: --model; round N: OUT/round-(N-1)/model), so "
+        f"openai:{ROUND_MODEL} asks a server that must serve that checkpoint under its path (a stale "
+        f"server fails with 'no model'); a spec without {ROUND_MODEL} samples one fixed model every "
+        "round, which is not the model being trained",
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="backend options (base_url, api_key_env, timeout_s, ...), validated by the backend; "
+        "calls in flight are set by concurrency",
+    )
+    concurrency: int = Field(
+        8,
+        ge=1,
+        description="task prompts in flight at once (the backend's max_concurrency); a server batches "
+        "them, hf generates one at a time",
+    )
+
+    @model_validator(mode="after")
+    def _one_concurrency(self) -> SelfSupLLM:
+        prefix, sep, target = self.spec.partition(":")
+        if not (prefix and sep and target):
+            raise ValueError(f"spec {self.spec!r}: expected PREFIX:TARGET, e.g. hf:{ROUND_MODEL}")
+        if "max_concurrency" in self.options:
+            raise ValueError("set llm.concurrency, not llm.options.max_concurrency")
+        return self
 
 
 class SelfSupConfig(StrictConfig):
@@ -187,6 +244,7 @@ class SelfSupConfig(StrictConfig):
 
     rounds: int = Field(2, ge=1, description="generate -> evaluate -> train rounds")
     samples: int = Field(4, ge=1, description="samples per task per round")
+    llm: SelfSupLLM = Field(default_factory=SelfSupLLM, description="the backend that samples each round")
     sampling: SamplingSettings = Field(default_factory=SamplingSettings, description="generation")
     optim: SelfSupOptim = Field(default_factory=SelfSupOptim, description="training of each round")
     lora: LoraSettings = Field(default_factory=LoraSettings, description="adapters")

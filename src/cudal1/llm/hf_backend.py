@@ -1,7 +1,9 @@
 """``hf:PATH``: a local transformers model, for machines with a GPU and no server.
 
 The model and tokenizer load from a local directory only (``local_files_only=True``): nothing is
-ever downloaded. Loading waits for the first call, so building the backend is cheap. Generation
+ever downloaded. ``PATH`` is a plain model or a LoRA adapter directory (``llm.model_dir``: the base
+it names is loaded, the adapter merged in). Building the backend reads only what the directory
+holds, so a missing model or base fails then; the weights load at the first call. Generation
 runs in a worker thread (``asyncio.to_thread``) so the event loop keeps serving other work, and
 one lock serialises generations: they share one model and torch's global RNG (``seed``).
 
@@ -33,6 +35,7 @@ from cudal1.llm.base import (
     split_evenly,
     split_reasoning,
 )
+from cudal1.llm.model_dir import load_causal_lm, load_tokenizer, read_model_dir
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +59,7 @@ class HFBackend(LLMBackend):
     ) -> None:
         opts = options if options is not None else HFOptions()
         path = Path(path).expanduser()
-        if not path.is_dir():
-            raise ValueError(f"hf:{path}: not a local model directory (models are never downloaded)")
+        self.model_dir = read_model_dir(path)  # a ModelDirError (ValueError) names what is missing
         super().__init__(
             str(path), max_concurrency=opts.max_concurrency, call_timeout_s=opts.call_timeout_s, ledger=ledger
         )
@@ -82,17 +84,17 @@ class HFBackend(LLMBackend):
         if self._model is not None:
             return
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
         device = self.device
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         dtype = self.dtype if self.dtype == "auto" else getattr(torch, self.dtype)
-        log.info("loading %s on %s (dtype %s)", self.path, device, self.dtype)
+        over = "" if self.model_dir.adapter is None else f" (a LoRA adapter over {self.model_dir.base})"
+        log.info("loading %s%s on %s (dtype %s)", self.path, over, device, self.dtype)
         try:
-            self._tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
-            model: Any = AutoModelForCausalLM.from_pretrained(self.path, local_files_only=True, dtype=dtype)
-        except (OSError, ValueError) as exc:
+            self._tokenizer = load_tokenizer(self.model_dir)
+            model: Any = load_causal_lm(self.model_dir, dtype=dtype)
+        except (OSError, ValueError) as exc:  # ModelDirError included
             raise LLMError(f"cannot load model from {self.path}: {exc}") from exc
         self._model = model.to(device).eval()
 

@@ -513,6 +513,13 @@ class CandidateDB:
             n += 1
         return n
 
+    def tasks_in_round(self, round: int) -> set[str]:
+        """Tasks with any row stored in ``round``, parse failures included: the tasks a resumed
+        round has already sampled."""
+        with self._lock:
+            rows = self._conn.execute("SELECT DISTINCT task FROM candidates WHERE round = ?", (round,))
+            return {r[0] for r in rows}
+
 
 def _audit(d: dict[str, Any]) -> RewardAudit:
     d["reasons"] = tuple(json.loads(d["reasons"]))

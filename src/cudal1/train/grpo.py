@@ -22,7 +22,8 @@ GPUs of its own (``train.ranks``).
 The run directory (``--out``): ``config.yaml``, ``candidates.db`` (every completion with its
 step), ``hack-cases.db`` (shipped cases plus the hacks confirmed here), ``steps.jsonl`` (rewards
 and speedups per step), ``run.log``, ``checkpoints/`` (TRL checkpoints with TensorBoard logs
-under ``checkpoints/runs``) and ``model/`` (the trained policy, adapters merged). A killed run
+under ``checkpoints/runs``) and ``model/`` (the trained policy, adapters merged; or the adapter
+alone with ``lora.save: adapter``). A killed run
 resumes from its newest complete checkpoint with ``resume=True``; completions evaluated after
 that checkpoint stay in the database (a repeated source reuses its stored result), and
 candidates left pending are evaluated before training goes on.
@@ -63,7 +64,7 @@ from cudal1.train.models import (
     check_stage_start,
     last_checkpoint,
     load_policy,
-    lora_config,
+    lora_for,
     progress_callbacks,
     save_policy,
     trainer_arguments,
@@ -236,21 +237,21 @@ def run_grpo(
             steps_file=out / ranks.file_name(STEPS_FILE),
             ranks=ranks,
         )
-        model, tokenizer = load_policy(model_path, bf16=bool(args.bf16))
+        model, tokenizer = load_policy(model_path, bf16=bool(args.bf16), train_adapter=config.lora.enabled)
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=[cast(Any, reward)],  # an async callable class, which TRL awaits
             args=args,
             train_dataset=live_prompts(db, tasks, config),
             processing_class=tokenizer,
-            peft_config=lora_config(config.lora),
+            peft_config=lora_for(model, config.lora),
             callbacks=[PhaseCallback(gate), *progress_callbacks(progress, "grpo")],
         )
         checkpoint = last_checkpoint(out) if resume else None
         log.info("GRPO from %s%s", model_path, f", resuming from {checkpoint.name}" if checkpoint else "")
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
         if ranks.main:
-            save_policy(trainer.model, tokenizer, out / MODEL_DIR)
+            save_policy(trainer.model, tokenizer, out / MODEL_DIR, config.lora.save)
         ranks.barrier()  # no process's rewards are in flight once every one is here
         return out / MODEL_DIR
 

@@ -1,9 +1,13 @@
 """What every training stage does the same way: load a local model, pick device and precision,
 build the trainer arguments and LoRA adapters, find a checkpoint to resume, save the result.
 
-Models load from local directories only (``local_files_only=True``): nothing is downloaded,
-and a stage's output (``OUT/model``) is a plain transformers directory, with LoRA adapters merged
-in, so that the next stage (or ``--llm hf:OUT/model``) loads it the same way.
+Models load from local directories only (``local_files_only=True``): nothing is downloaded.
+A stage's output (``OUT/model``) is a plain transformers directory with LoRA adapters merged in
+(``lora.save: merged``, the default), or the adapter alone (``lora.save: adapter``), whose
+``adapter_config.json`` names the base model's absolute path. The next stage and
+``--llm hf:OUT/model`` load either (``llm.model_dir``); a LoRA stage given an adapter goes on
+training that adapter (its rank and targets, not the stage's ``lora`` ones), so that every stage
+of a run saves an adapter over the same base instead of a stack of adapters.
 """
 
 from __future__ import annotations
@@ -15,15 +19,10 @@ from typing import Any
 
 import torch
 from peft import LoraConfig, PeftModel
-from transformers import (
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-    TrainerCallback,
-)
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
 
-from cudal1.config import LoraSettings, OptimSettings
+from cudal1.config import LoraSettings, ModelSave, OptimSettings
+from cudal1.llm.model_dir import ModelDirError, load_causal_lm, load_tokenizer, read_model_dir
 from cudal1.run.directory import RunDirectory
 from cudal1.run.events import ProgressCallback, TrainStep
 
@@ -87,16 +86,21 @@ def use_bf16(precision: str, device: str) -> bool:
     return precision == "auto" and device.startswith("cuda") and torch.cuda.is_bf16_supported()
 
 
-def load_policy(path: Path, *, bf16: bool) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Model and tokenizer from a local directory; the tokenizer gets a pad token if it has none."""
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise TrainError(f"{path}: not a local model directory (no config.json; models are never downloaded)")
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+def load_policy(
+    path: Path, *, bf16: bool, train_adapter: bool = False
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Model and tokenizer from a local model or adapter directory; the tokenizer gets a pad token
+    if it has none. An adapter is merged into its base, or with ``train_adapter`` kept as a
+    trainable peft model (``lora_for`` then gives the trainer no second adapter)."""
+    try:
+        model_dir = read_model_dir(path)
+    except ModelDirError as exc:
+        raise TrainError(str(exc)) from None
+    tokenizer = load_tokenizer(model_dir)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     dtype = torch.bfloat16 if bf16 else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+    model = load_causal_lm(model_dir, dtype=dtype, train_adapter=train_adapter)
     return model, tokenizer
 
 
@@ -111,6 +115,22 @@ def lora_config(settings: LoraSettings) -> LoraConfig | None:
         target_modules=targets if isinstance(targets, str) else list(targets),
         task_type="CAUSAL_LM",
     )
+
+
+def lora_for(model: Any, settings: LoraSettings) -> LoraConfig | None:
+    """The adapters a trainer adds to ``model``: none when it already carries a trainable one
+    (``load_policy(train_adapter=True)`` on an adapter directory), which training continues."""
+    if not isinstance(model, PeftModel):
+        return lora_config(settings)
+    adapter = model.peft_config["default"]
+    log.info(
+        "continuing the LoRA adapter loaded with the model (r=%s, alpha=%s over %s); lora.r, "
+        "lora.alpha and lora.target_modules of this stage apply to a plain model only",
+        getattr(adapter, "r", "?"),
+        getattr(adapter, "lora_alpha", "?"),
+        adapter.base_model_name_or_path,
+    )
+    return None
 
 
 def trainer_arguments(optim: OptimSettings, out: Path, device: str) -> dict[str, Any]:
@@ -143,13 +163,24 @@ def last_checkpoint(out: Path) -> Path | None:
     return max(done, key=lambda p: int(p.name[11:]), default=None)
 
 
-def save_policy(model: Any, tokenizer: PreTrainedTokenizerBase, out: Path) -> Path:
-    """Save a plain model directory at ``out``: LoRA adapters merged into the weights."""
-    if isinstance(model, PeftModel):
-        model = model.merge_and_unload()
+def save_policy(
+    model: Any, tokenizer: PreTrainedTokenizerBase, out: Path, save: ModelSave = "merged"
+) -> Path:
+    """Save ``model`` at ``out``: a plain model directory with LoRA adapters merged into the
+    weights, or (``save="adapter"``) the trained adapter alone, beside the tokenizer."""
     out = Path(out)
+    if save == "adapter" and not isinstance(model, PeftModel):
+        raise TrainError("lora.save=adapter: the trained model has no LoRA adapter (lora.enabled=false?)")
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
+    if isinstance(model, PeftModel) and save == "adapter":
+        # GRPO with beta > 0 adds a frozen copy of the adapter ("ref") as its reference: not saved
+        model.save_pretrained(str(out), selected_adapters=["default"])
+        what = f"the LoRA adapter (over {model.peft_config['default'].base_model_name_or_path})"
+    else:
+        if isinstance(model, PeftModel):
+            model = model.merge_and_unload()
+        model.save_pretrained(out)
+        what = "the model"
     tokenizer.save_pretrained(out)
-    log.info("saved model to %s", out)
+    log.info("saved %s to %s", what, out)
     return out

@@ -2,7 +2,8 @@
 
 The rows are conversational prompt/completion pairs (``cudal1 dataset export``); with such rows
 SFTTrainer computes the loss on the completion only, so the model learns to answer the prompt,
-not to reproduce it. LoRA adapters through peft are the default, merged into the saved model.
+not to reproduce it. LoRA adapters through peft are the default, merged into the saved model
+unless ``lora.save`` is ``adapter`` (then ``model/`` holds the adapter alone, over the base it names).
 
 The output directory holds ``config.yaml``, ``run.log``, ``checkpoints/`` (resume starts from
 the newest complete one) and ``model/``, the fine-tuned model the next stage loads.
@@ -24,7 +25,7 @@ from cudal1.train.models import (
     TrainError,
     last_checkpoint,
     load_policy,
-    lora_config,
+    lora_for,
     progress_callbacks,
     save_policy,
     trainer_arguments,
@@ -71,13 +72,13 @@ def fine_tune(
     args = SFTConfig(
         **trainer_arguments(optim, out, device), max_length=max_length, completion_only_loss=True
     )
-    model, tokenizer = load_policy(model_path, bf16=bool(args.bf16))
+    model, tokenizer = load_policy(model_path, bf16=bool(args.bf16), train_adapter=lora.enabled)
     trainer = SFTTrainer(
         model=model,
         args=args,
         train_dataset=rows,
         processing_class=tokenizer,
-        peft_config=lora_config(lora),
+        peft_config=lora_for(model, lora),
         callbacks=progress_callbacks(progress, phase),
     )
     if len(trainer.train_dataset) == 0:  # type: ignore[arg-type]
@@ -91,7 +92,7 @@ def fine_tune(
         f", resuming from {resume.name}" if resume else "",
     )
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    return save_policy(trainer.model, tokenizer, Path(out) / MODEL_DIR)
+    return save_policy(trainer.model, tokenizer, Path(out) / MODEL_DIR, lora.save)
 
 
 def run_sft(
