@@ -40,6 +40,8 @@ from cudal1.config.train import (
     AuditOutcome,
     CollectConfig,
     ExportConfig,
+    GenerationBackend,
+    GenerationSettings,
     GRPOStageConfig,
     LoraSettings,
     OptimSettings,
@@ -48,6 +50,8 @@ from cudal1.config.train import (
     SamplingSettings,
     SelfSupConfig,
     SFTStageConfig,
+    VLLMColocateSettings,
+    VLLMServerSettings,
 )
 
 __all__ = [
@@ -63,6 +67,8 @@ __all__ = [
     "ExportConfig",
     "FinalEvalConfig",
     "GRPOStageConfig",
+    "GenerationBackend",
+    "GenerationSettings",
     "GuardConfig",
     "LLMConfig",
     "LoraSettings",
@@ -82,6 +88,8 @@ __all__ = [
     "TimingConfig",
     "ToleranceConfig",
     "Transform",
+    "VLLMColocateSettings",
+    "VLLMServerSettings",
     "apply_overrides",
     "dump_config",
     "load_config",
