@@ -15,11 +15,17 @@ def _range(first: int, count: int) -> str:
     return str(first) if count == 1 else f"{first}-{first + count - 1}"
 
 
+# Training takes the first GPUs: ``accelerate launch`` with every GPU visible puts rank i on
+# cuda:i, and the evaluator's --eval-devices name GPUs the training processes see; the vLLM
+# server is started on the next ones with CUDA_VISIBLE_DEVICES (docs/scaling.md).
+PLACEMENT: tuple[Side, ...] = ("training", "generation", "evaluation")
+
+
 def gpu_ranges(plan: CapacityPlan) -> dict[Side, str]:
-    """GPU indices per side, in the order generation, training, evaluation (as docs/scaling.md)."""
+    """GPU indices per side: training first, then generation, then evaluation."""
     ranges: dict[Side, str] = {}
     first = 0
-    for side in SIDES:
+    for side in PLACEMENT:
         ranges[side] = _range(first, plan.gpus[side])
         first += plan.gpus[side]
     return ranges
@@ -42,7 +48,7 @@ def capacity_table(plan: CapacityPlan) -> TableSpec:
     ranges = gpu_ranges(plan)
     rows = tuple(
         (names[s], str(plan.gpus[s]), ranges[s], rates[s], f"{plan.seconds[s]:.1f}", f"{100 * plan.busy_share(s):.0f}%")
-        for s in SIDES
+        for s in PLACEMENT
     ) + (("step", str(i.gpus), "", "", f"{plan.step_s:.1f}", ""),)  # fmt: skip
     columns = (
         Col("side", wrap=True),
