@@ -308,7 +308,11 @@ class GRPOStageConfig(StrictConfig):
     lora: LoraSettings = Field(default_factory=LoraSettings, description="adapters")
     num_generations: int = Field(4, ge=2, description="completions per prompt (one GRPO group)")
     steps_per_generation: int = Field(
-        1, ge=1, description="optimizer steps fed by one generation batch (amortises evaluation time)"
+        1,
+        ge=1,
+        description="micro-batches one generation batch feeds (TRL's): a batch holds optim.batch_size "
+        "x training processes x this completions; above optim.grad_accumulation it feeds several "
+        "optimizer steps (amortises evaluation time)",
     )
     sampling: SamplingSettings = Field(default_factory=SamplingSettings, description="generation")
     generation: GenerationSettings = Field(
