@@ -43,14 +43,12 @@ def test_server_mode_sets_trls_server_fields(with_vllm: None, tmp_path: Path) ->
         "generation.server.port=8123",
         "generation.server.group_port=51300",
         "generation.server.timeout_s=600",
-        "generation.max_model_length=12288",
         "generation.importance_sampling=false",
     )
     args = grpo.grpo_arguments(cfg, tmp_path, "cpu")
     assert (args.use_vllm, args.vllm_mode) == (True, "server")
     assert (args.vllm_server_host, args.vllm_server_port, args.vllm_group_port) == ("10.0.0.2", 8123, 51300)
     assert args.vllm_server_timeout == 600.0 and args.vllm_server_base_url is None
-    assert args.vllm_max_model_length == 12288
     assert args.vllm_importance_sampling_correction is False
 
 
@@ -65,11 +63,13 @@ def test_colocate_mode_sets_trls_colocate_fields(with_vllm: None, tmp_path: Path
         "generation.colocate.gpu_memory_utilization=0.45",
         "generation.colocate.tensor_parallel_size=2",
         "generation.colocate.sleep_mode=true",
+        "generation.colocate.max_model_length=12288",
     )
     args = grpo.grpo_arguments(cfg, tmp_path, "cpu")
     assert (args.use_vllm, args.vllm_mode) == (True, "colocate")
     assert args.vllm_gpu_memory_utilization == 0.45
     assert args.vllm_tensor_parallel_size == 2 and args.vllm_enable_sleep_mode is True
+    assert args.vllm_max_model_length == 12288
 
 
 def test_server_mode_without_vllm_names_the_install_and_the_server_command(

@@ -206,7 +206,8 @@ GenerationBackend = Literal["transformers", "vllm-server", "vllm-colocate"]
 
 class VLLMServerSettings(StrictConfig):
     """``generation.backend: vllm-server``: where the ``trl vllm-serve`` process listens. Its GPUs,
-    tensor parallelism and memory share are that command's own flags, not settings here."""
+    tensor parallelism, memory share and context window are that command's own flags, not
+    settings here (TRL passes them to a colocated engine only)."""
 
     base_url: str | None = Field(
         None, description="the server's URL, e.g. http://10.0.0.2:8000 (set: host and port are ignored)"
@@ -233,6 +234,12 @@ class VLLMColocateSettings(StrictConfig):
     tensor_parallel_size: int = Field(
         1, ge=1, description="training processes one engine is split over (must divide their number)"
     )
+    max_model_length: int | None = Field(
+        None,
+        ge=16,
+        description="vLLM's context window: at least the longest prompt plus sampling.max_tokens "
+        "(None: from the model's config; a server takes it as trl vllm-serve --max-model-len)",
+    )
     sleep_mode: bool = Field(
         False,
         description="offload vLLM's weights and KV cache during the optimizer step (less memory, slower)",
@@ -247,12 +254,6 @@ class GenerationSettings(StrictConfig):
         description="transformers (the policy's generate, in the training process) | vllm-server (a "
         "`trl vllm-serve` process on GPUs of its own) | vllm-colocate (vLLM inside each training "
         "process); vllm needs `pip install 'trl[vllm]'`",
-    )
-    max_model_length: int | None = Field(
-        None,
-        ge=16,
-        description="vLLM's context window: at least the longest prompt plus sampling.max_tokens "
-        "(None: from the model's config)",
     )
     importance_sampling: bool = Field(
         True,

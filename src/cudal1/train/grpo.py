@@ -145,20 +145,25 @@ def check_generation(generation: GenerationSettings) -> None:
 
 
 def generation_arguments(generation: GenerationSettings) -> dict[str, Any]:
-    """``generation`` as GRPOConfig's fields: ``use_vllm`` and, for vLLM, its mode and knobs."""
+    """``generation`` as GRPOConfig's fields: ``use_vllm`` and, for vLLM, its mode and that
+    mode's knobs (TRL reads the server's in server mode only, the engine's in colocate only)."""
     if generation.backend == "transformers":
         return {"use_vllm": False}
-    server, colocate = generation.server, generation.colocate
-    return {
-        "use_vllm": True,
-        "vllm_mode": "server" if generation.backend == "vllm-server" else "colocate",
-        "vllm_max_model_length": generation.max_model_length,
-        "vllm_importance_sampling_correction": generation.importance_sampling,
-        "vllm_server_base_url": server.base_url,
-        "vllm_server_host": server.host,
-        "vllm_server_port": server.port,
-        "vllm_group_port": server.group_port,
-        "vllm_server_timeout": server.timeout_s,
+    common = {"use_vllm": True, "vllm_importance_sampling_correction": generation.importance_sampling}
+    if generation.backend == "vllm-server":
+        server = generation.server
+        return common | {
+            "vllm_mode": "server",
+            "vllm_server_base_url": server.base_url,
+            "vllm_server_host": server.host,
+            "vllm_server_port": server.port,
+            "vllm_group_port": server.group_port,
+            "vllm_server_timeout": server.timeout_s,
+        }
+    colocate = generation.colocate
+    return common | {
+        "vllm_mode": "colocate",
+        "vllm_max_model_length": colocate.max_model_length,
         "vllm_gpu_memory_utilization": colocate.gpu_memory_utilization,
         "vllm_tensor_parallel_size": colocate.tensor_parallel_size,
         "vllm_enable_sleep_mode": colocate.sleep_mode,
