@@ -24,8 +24,8 @@ def capacity_command(
         float,
         typer.Option(
             "--evals-per-gpu-hour",
-            help="evaluations per GPU-hour: the 'per GPU-hour' of `cudal1 runs show RUN` (or 'per"
-            " device-hour' of `cudal1 report`) for a run that evaluated kernels like your policy's",
+            help="evaluations per GPU-hour, as `cudal1 runs show RUN` prints it for a run of kernels like"
+            " your policy's",
         ),
     ],
     gen_tokens_per_s: Annotated[
@@ -39,8 +39,7 @@ def capacity_command(
         float | None,
         typer.Option(
             "--train-tokens-per-s",
-            help="prompt + completion tokens per second one GPU trains on (policy forward and"
-            " backward, the reference's forward if any); or give --train-step-s",
+            help="prompt + completion tokens one GPU trains on per second (or --train-step-s)",
         ),
     ] = None,
     train_step_s: Annotated[
@@ -51,7 +50,7 @@ def capacity_command(
     ] = None,
     step_completions: Annotated[
         int,
-        typer.Option(help="completions one GPU trains on per step (per-device batch), for --train-step-s"),
+        typer.Option(help="completions one GPU trains on in that step (batch_size x grad_accumulation)"),
     ] = 4,
     gpus: Annotated[int, typer.Option(help="GPUs on the node")] = _DEFAULTS.gpus,
     params_b: Annotated[float, typer.Option(help="model size, billions of parameters")] = _DEFAULTS.params_b,
