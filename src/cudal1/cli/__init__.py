@@ -3,8 +3,9 @@ maps the outcome to an exit code (codes, consoles and errors: ``cli.common``).
 
 One module per command: ``tasks`` (``tasks list``), ``eval_cmd`` (``eval``), ``verify``,
 ``optimize``, ``runs`` (``runs show``), ``export``, ``report``, ``collect``, ``dataset``
-(``dataset export``), ``train`` (``train sft|selfsup|grpo``) and ``audit`` (a GRPO run's held
-rewards); long commands show progress through ``cli.progress``.
+(``dataset export``), ``train`` (``train sft|selfsup|grpo``), ``audit`` (a GRPO run's held
+rewards) and ``capacity`` (a node's GPUs split for GRPO); long commands show progress through
+``cli.progress``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Annotated
 import typer
 
 from cudal1.cli.audit import audit_command
+from cudal1.cli.capacity import capacity_command
 from cudal1.cli.collect import collect_command
 from cudal1.cli.common import EXIT_OK, console, reflow_help
 from cudal1.cli.dataset import dataset_app
@@ -68,6 +70,7 @@ app.add_typer(dataset_app, name="dataset")
 app.add_typer(train_app, name="train")
 app.command("report")(report_command)
 app.command("audit")(audit_command)
+app.command("capacity")(capacity_command)
 reflow_help(app)
 
 

@@ -220,6 +220,10 @@ def grpo_command(
     )
     seeds = session_seeds(cfg.seed_files, task_list)
     grpo = _stage("grpo")
+    try:  # before OUT is written, so that the same command runs again without --resume
+        grpo.check_generation(cfg.generation)
+    except grpo.TrainError as exc:
+        raise bad_input(str(exc)) from None
     _run(
         lambda progress: grpo.run_grpo(
             model, task_list, out, cfg, resume=resume, seeds=seeds, progress=progress

@@ -41,6 +41,8 @@ from cudal1.config.train import (
     AuditOutcome,
     CollectConfig,
     ExportConfig,
+    GenerationBackend,
+    GenerationSettings,
     GRPOStageConfig,
     LoraSettings,
     ModelSave,
@@ -51,6 +53,8 @@ from cudal1.config.train import (
     SelfSupConfig,
     SelfSupLLM,
     SFTStageConfig,
+    VLLMColocateSettings,
+    VLLMServerSettings,
 )
 
 __all__ = [
@@ -67,6 +71,8 @@ __all__ = [
     "ExportConfig",
     "FinalEvalConfig",
     "GRPOStageConfig",
+    "GenerationBackend",
+    "GenerationSettings",
     "GuardConfig",
     "LLMConfig",
     "LoraSettings",
@@ -88,6 +94,8 @@ __all__ = [
     "TimingConfig",
     "ToleranceConfig",
     "Transform",
+    "VLLMColocateSettings",
+    "VLLMServerSettings",
     "apply_overrides",
     "dump_config",
     "load_config",

@@ -255,6 +255,75 @@ class SelfSupConfig(StrictConfig):
     size: Size = Field("auto", description="bundled-suite sizes when no task path is given (auto: by device)")
 
 
+# Who samples GRPO's completions: the policy itself through transformers' ``generate``, or vLLM
+# (TRL's ``use_vllm``): a separate server started with ``trl vllm-serve`` on GPUs of its own, or an
+# engine inside each training process sharing its GPU (shared/research/rl-stack.md, "Generation
+# backends"; TRL 1.16 ``GRPOConfig``).
+GenerationBackend = Literal["transformers", "vllm-server", "vllm-colocate"]
+
+
+class VLLMServerSettings(StrictConfig):
+    """``generation.backend: vllm-server``: where the ``trl vllm-serve`` process listens. Its GPUs,
+    tensor parallelism, memory share and context window are that command's own flags, not
+    settings here (TRL passes them to a colocated engine only)."""
+
+    base_url: str | None = Field(
+        None, description="the server's URL, e.g. http://10.0.0.2:8000 (set: host and port are ignored)"
+    )
+    host: str = Field("127.0.0.1", description="the server's host (the same node: 127.0.0.1)")
+    port: int = Field(8000, ge=1, le=65535, description="the server's HTTP port (trl vllm-serve --port)")
+    group_port: int = Field(
+        51216,
+        ge=1,
+        le=65535,
+        description="port of the weight-update group the trainer pushes weights through",
+    )
+    timeout_s: float = Field(
+        240.0, gt=0, description="how long the trainer waits for the server to come up before it fails"
+    )
+
+
+class VLLMColocateSettings(StrictConfig):
+    """``generation.backend: vllm-colocate``: a vLLM engine inside every training process, on its GPU."""
+
+    gpu_memory_utilization: float = Field(
+        0.3, gt=0, le=1, description="share of each training GPU's memory vLLM takes (weights and KV cache)"
+    )
+    tensor_parallel_size: int = Field(
+        1, ge=1, description="training processes one engine is split over (must divide their number)"
+    )
+    max_model_length: int | None = Field(
+        None,
+        ge=16,
+        description="vLLM's context window: at least the longest prompt plus sampling.max_tokens "
+        "(None: from the model's config; a server takes it as trl vllm-serve --max-model-len)",
+    )
+    sleep_mode: bool = Field(
+        False,
+        description="offload vLLM's weights and KV cache during the optimizer step (less memory, slower)",
+    )
+
+
+class GenerationSettings(StrictConfig):
+    """Who samples GRPO's completions (TRL's ``use_vllm`` / ``vllm_mode`` and their knobs)."""
+
+    backend: GenerationBackend = Field(
+        "transformers",
+        description="transformers (the policy's generate, in the training process) | vllm-server (a "
+        "`trl vllm-serve` process on GPUs of its own) | vllm-colocate (vLLM inside each training "
+        "process); vllm needs `pip install 'trl[vllm]'`",
+    )
+    importance_sampling: bool = Field(
+        True,
+        description="correct for the gap between vLLM's sampling log-probs and the trainer's recomputed "
+        "ones (TRL's vllm_importance_sampling_correction)",
+    )
+    server: VLLMServerSettings = Field(default_factory=VLLMServerSettings, description="vllm-server only")
+    colocate: VLLMColocateSettings = Field(
+        default_factory=VLLMColocateSettings, description="vllm-colocate only"
+    )
+
+
 class AuditConfig(StrictConfig):
     """Which rewards the reward-checking model sees before they count, and what its verdict does."""
 
@@ -298,9 +367,16 @@ class GRPOStageConfig(StrictConfig):
     lora: LoraSettings = Field(default_factory=LoraSettings, description="adapters")
     num_generations: int = Field(4, ge=2, description="completions per prompt (one GRPO group)")
     steps_per_generation: int = Field(
-        1, ge=1, description="optimizer steps fed by one generation batch (amortises evaluation time)"
+        1,
+        ge=1,
+        description="micro-batches one generation batch feeds (TRL's): a batch holds optim.batch_size "
+        "x training processes x this completions; above optim.grad_accumulation it feeds several "
+        "optimizer steps (amortises evaluation time)",
     )
     sampling: SamplingSettings = Field(default_factory=SamplingSettings, description="generation")
+    generation: GenerationSettings = Field(
+        default_factory=GenerationSettings, description="who samples the completions (transformers or vLLM)"
+    )
     loss_type: LossType = Field("dapo", description="TRL's loss normalisation")
     beta: float = Field(0.0, ge=0, description="KL coefficient against the initial model (0: no ref model)")
     scale_rewards: ScaleRewards = Field(

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import itertools
 import json
 import logging
@@ -45,7 +46,7 @@ from datasets import IterableDataset
 from trl import GRPOConfig, GRPOTrainer
 
 from cudal1.audit import open_case_db
-from cudal1.config import GRPOStageConfig
+from cudal1.config import GenerationSettings, GRPOStageConfig
 from cudal1.eval.pool import Pool
 from cudal1.eval.pool_kinds import make_pool
 from cudal1.eval.pool_service import PoolService, RemotePool, ServiceAddress
@@ -123,11 +124,66 @@ def live_prompts(db: CandidateDB, tasks: Sequence[Task], config: GRPOStageConfig
     return IterableDataset.from_generator(_registered_stream, gen_kwargs={"key": key})
 
 
+def vllm_installed() -> bool:
+    """Whether the ``vllm`` package can be imported here (found, not imported: that takes seconds)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
+def check_generation(generation: GenerationSettings) -> None:
+    """A vLLM backend without the ``vllm`` package is a ``TrainError`` now, before a pool starts or
+    a model loads (TRL would raise its ImportError only once the trainer is built, the policy
+    already on the GPU); the message says what to install and, for server mode, what to start."""
+    if generation.backend == "transformers" or vllm_installed():
+        return
+    hint = "pip install 'trl[vllm]' (TRL 1.16 supports vllm 0.22-0.31)"
+    if generation.backend == "vllm-server":
+        server = generation.server
+        where = server.base_url or f"{server.host}:{server.port}"
+        hint += (
+            f", then start the generation server on GPUs of its own before training, e.g."
+            f" CUDA_VISIBLE_DEVICES=0,1 trl vllm-serve --model MODEL_DIR --tensor-parallel-size 2"
+            f" --port {server.port} (the trainer looks for it at {where})"
+        )
+    raise TrainError(
+        f"generation.backend {generation.backend} needs the vllm package, which is not installed"
+        f" here: {hint}; or set generation.backend: transformers"
+    )
+
+
+def generation_arguments(generation: GenerationSettings) -> dict[str, Any]:
+    """``generation`` as GRPOConfig's fields: ``use_vllm`` and, for vLLM, its mode and that
+    mode's knobs (TRL reads the server's in server mode only, the engine's in colocate only)."""
+    if generation.backend == "transformers":
+        return {"use_vllm": False}
+    common = {"use_vllm": True, "vllm_importance_sampling_correction": generation.importance_sampling}
+    if generation.backend == "vllm-server":
+        server = generation.server
+        return common | {
+            "vllm_mode": "server",
+            "vllm_server_base_url": server.base_url,
+            "vllm_server_host": server.host,
+            "vllm_server_port": server.port,
+            "vllm_group_port": server.group_port,
+            "vllm_server_timeout": server.timeout_s,
+        }
+    colocate = generation.colocate
+    return common | {
+        "vllm_mode": "colocate",
+        "vllm_max_model_length": colocate.max_model_length,
+        "vllm_gpu_memory_utilization": colocate.gpu_memory_utilization,
+        "vllm_tensor_parallel_size": colocate.tensor_parallel_size,
+        "vllm_enable_sleep_mode": colocate.sleep_mode,
+    }
+
+
 def grpo_arguments(config: GRPOStageConfig, out: Path, device: str) -> GRPOConfig:
+    """TRL's GRPOConfig for ``config``; a vLLM backend that cannot run here fails first."""
+    check_generation(config.generation)
     s = config.sampling
     try:
         return GRPOConfig(
             **trainer_arguments(config.optim, out, device),
+            **generation_arguments(config.generation),
             num_generations=config.num_generations,
             steps_per_generation=config.steps_per_generation,
             max_completion_length=s.max_tokens,
