@@ -83,3 +83,14 @@ def test_one_process_is_its_own_main_and_names_its_files_as_before(monkeypatch) 
     assert ranks.from_main(lambda: 7) == 7
     second = Ranks(index=1, count=2)
     assert second.file_name("steps.jsonl") == "steps-rank-1.jsonl" and second.label_prefix() == "r1-"
+
+
+def test_each_process_trains_on_its_own_gpu() -> None:
+    class State:
+        local_process_index = 1
+
+    second = Ranks(index=1, count=2, _state=State())
+    assert second.training_device("cuda", "auto") == "cuda:1"
+    assert second.training_device("cpu", "cpu") == "cpu"
+    with pytest.raises(TrainError, match="its own GPU"):
+        second.training_device("cuda", "cuda:0")  # every process on one GPU

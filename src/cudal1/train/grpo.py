@@ -240,6 +240,7 @@ def run_grpo(
     device = training_device(config.device)
     ranks = Ranks.current(cpu=device == "cpu")
     if ranks.several:
+        device = ranks.training_device(device, config.device)
         check_own_eval_devices(device, pool_devices(config))
 
     def start() -> None:
@@ -306,7 +307,13 @@ def run_grpo(
         checkpoint = last_checkpoint(out) if resume else None
         log.info("GRPO from %s%s", model_path, f", resuming from {checkpoint.name}" if checkpoint else "")
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-        if ranks.main:
+        if getattr(trainer, "is_deepspeed_enabled", False):
+            # Every process: under ZeRO-3 the weights are gathered from their shards; a LoRA
+            # policy is saved as its adapter (Trainer.save_model), not merged.
+            trainer.save_model(str(out / MODEL_DIR))
+            if ranks.main:
+                tokenizer.save_pretrained(out / MODEL_DIR)
+        elif ranks.main:
             save_policy(trainer.model, tokenizer, out / MODEL_DIR, config.lora.save)
         ranks.barrier()  # no process's rewards are in flight once every one is here
         return out / MODEL_DIR

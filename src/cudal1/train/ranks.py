@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from cudal1.run.database import CandidateDB, CandidateStatus
+from cudal1.train.models import TrainError
 
 T = TypeVar("T")
 
@@ -92,6 +93,18 @@ class Ranks:
                 raise value
             raise type(value)(*value.args) if isinstance(value, Exception) else RuntimeError(str(value))
         return value  # type: ignore[no-any-return]
+
+    def training_device(self, device: str, asked: str) -> str:
+        """This process's training device: ``cuda:LOCAL_RANK`` on GPUs (the launcher's rule), or
+        the CPU. A config that names one GPU would put every process on it: TrainError."""
+        if not device.startswith("cuda"):
+            return device
+        if asked not in ("auto", "cuda"):
+            raise TrainError(
+                f"device {asked}: under a multi-process launch each process trains on its own GPU "
+                "(cuda:LOCAL_RANK); set device to auto"
+            )
+        return f"cuda:{self._state.local_process_index}"
 
     def barrier(self) -> None:
         if self.several:
