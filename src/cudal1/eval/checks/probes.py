@@ -19,7 +19,7 @@
   ``probe_skipped`` finding.
 - Re-initialised weights (``default_weights_assumed``, or ``default_weights_unmapped`` where a
   tensor the reference re-drew has no counterpart in the candidate; both REJECT; in the
-  correctness stage, ``guards.default_weights``): both models rebuilt beside the timed ones with
+  correctness stage, ``guards.default_weights``): both models rebuilt beside the default ones with
   every floating parameter and buffer re-drawn *as they are built* (the rule, and why through
   construction, is ``process.probe_values``'s: a candidate that folds or reshapes its weights
   in ``__init__`` folds the new values). A candidate right only while weights keep their
