@@ -37,6 +37,11 @@ TimingStopReason = Literal["precision", "max_samples", "budget", "output_check_f
 # decides only with a ``clock_disagreement`` finding that names both figures (``checks.clock``).
 TimingClock = Literal["events", "wall", "launch_wall"]
 TIMING_CLOCKS: tuple[TimingClock, ...] = get_args(TimingClock)
+# The weights both models were timed with (``Environment.timed_weights``): "redrawn" where the
+# re-drawn-weights probe applied and the candidate passed it (the probe's own models are timed,
+# so a speed that holds only at the initial weights is never measured: audit case
+# gate_checked_at_runtime); "default" where it was off, skipped or had nothing to re-draw.
+TimedWeights = Literal["default", "redrawn"]
 # How findings and reports name each clock.
 CLOCK_WORDS: dict[TimingClock, str] = {
     "events": "worker clocks (CUDA events on a GPU)",
@@ -339,6 +344,7 @@ class Environment:
     sol_error: str | None = None  # why no speed-of-light figure
     out_of_memory: bool = False  # the candidate's process ran out of device memory
     probes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # checks/probes.py notes
+    timed_weights: TimedWeights | None = None  # None: nothing was timed
     build_cache_hit: bool | None = None
     retried_after: str | None = None  # the local pool's first try failed on the trusted side
     requeued_after: str | None = None  # the Ray actor of the first try was lost

@@ -5,13 +5,14 @@ candidate gets none of the new findings."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
 
 from cudal1.audit import cases_dir
 from cudal1.config import GuardConfig
-from cudal1.eval.checks.drift import drift_finding
+from cudal1.eval.checks.drift import baseline_path, drift_finding
 from cudal1.eval.checks.global_state import observation_findings, side_stream_findings
 from cudal1.eval.checks.precision import PrecisionLevels, effective_precision, precision_finding
 from cudal1.eval.checks.probes import alternative_size, batch_constants, scaled_init_inputs
@@ -276,3 +277,12 @@ def test_honest_candidate_gets_none_of_the_new_findings(cfg, task_name, template
     probes = result.environment.probes
     assert probes["perturbation"]["ok"] and probes["perturbation"]["reference_changed"]
     assert probes["input_range"]["ok"] and probes["default_weights"].get("ok") is not False
+
+
+def test_drift_baselines_are_kept_per_timed_weights(tmp_path):
+    """Timed at re-drawn weights, a reference is not compared with its default-weight baseline,
+    whose key stays what it was before re-drawn weights were timed."""
+    key = ("task", "cpu", "2.13.0", 8)
+    default = baseline_path(tmp_path, *key, "default")
+    assert default.name == hashlib.sha256(b"task|cpu|2.13.0|8").hexdigest()[:24] + ".json"
+    assert baseline_path(tmp_path, *key, "redrawn") != default

@@ -28,3 +28,16 @@ def test_reference_work_is_counted_once_per_signature(monkeypatch):
 def test_reference_server_answers_exactly_the_reference_commands():
     handled = set(ReferenceServer().handlers())
     assert handled == {c for c in Command if c.accepts(Role.REFERENCE)} - {Command.EXIT}
+
+
+def test_a_promoted_slot_replaces_the_main_model_and_its_float64_twin():
+    """The re-drawn-weights probe's models become the timed ones: no third model is kept."""
+    server = ReferenceServer()
+    server.module = type("Task", (), {"Model": lambda self=None: torch.nn.Linear(4, 4)})
+    server.build([], seed=1, device="cpu", float64=True)
+    server.twins = {"float16": server.model.half()}  # as the calibrated sets leave them
+    server.build([], seed=1, device="cpu", slot="weights", reinit=2, float64=True)
+    redrawn, redrawn64 = server.slots["weights"], server.slots64["weights"]
+    server.promote("weights")
+    assert server.model is redrawn and server.model64 is redrawn64
+    assert not server.slots and not server.slots64 and not server.twins

@@ -189,7 +189,8 @@ class GuardConfig(StrictConfig):
     default_weights: bool = Field(
         True,
         description="one correctness set on both models rebuilt with every floating parameter and "
-        "buffer re-drawn as they are built (zero biases, unit norm weights and random weights alike)",
+        "buffer re-drawn as they are built (zero biases, unit norm weights and random weights alike); "
+        "where the candidate passes it, those two models are the ones timed",
     )
     precision_policy: Literal["task", "allow_tf32", "allow_half"] = Field(
         "task",

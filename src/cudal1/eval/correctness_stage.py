@@ -1,7 +1,9 @@
 """The correctness stage: the candidate against the reference on ``correctness_trials`` fresh
 input sets from secret seeds, then three sets no generator makes (``checks.probes``): the last
 set shifted out of the generator's range, the last set sparsely perturbed, and a set on both
-models rebuilt with their weights re-drawn.
+models rebuilt with their weights re-drawn. Where the candidate passes on the re-drawn weights,
+those two models become the main ones: the timing stage measures them, not the default-weight
+models the checked sets ran on.
 
 Each set's errors are judged against the tolerance in the reference's worker; its effective
 precision against the levels the reference calibrated on that set (``checks.precision``). The
@@ -55,4 +57,8 @@ def check_correctness(pair: WorkerPair, seeds: Seeds, init_args: list[Any]) -> N
     pair.forget([f"check{n - 1}"])
     if guards.default_weights:
         with record.phase("reinitialised_weights"):
-            probes.reinitialised_weights(pair, seeds.next(), init_args, seeds.init)
+            reinit = seeds.next()
+            if probes.reinitialised_weights(pair, reinit, init_args, seeds.init):
+                # The models the candidate passed on are the ones timed: a speed that holds only
+                # at the initial weights is never measured (audit case gate_checked_at_runtime).
+                pair.promote(probes.WEIGHTS, reinit)

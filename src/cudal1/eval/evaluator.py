@@ -23,7 +23,9 @@ the pool's quiet windows stop them while a pair is sampled (``eval/quiet.py``). 
 covered: GPU work they queued before a window opened still runs, and a kernel that hangs runs
 beside timed pairs until the call's time limit kills its worker (under the device lock it had
 stopped every timing instead); the timing's paired ratios and the reference's drift guard are
-what notices such a disturbance.
+what notices such a disturbance. Where the timing runs on the re-drawn-weights probe's models
+(``correctness_stage``), the timed model is another instance than the one these calls warmed: its
+lazy builds ran at its own first call, the probe's checked call, before the timing's warm-up.
 
 Where the parts live: ``Evaluation`` (here) runs the phases in the order the pool drives them;
 ``worker_pair`` holds the conversation with the two workers, ``correctness_stage`` and

@@ -107,6 +107,13 @@ class ReferenceServer(WorkerServer):
             self.slots64[slot] = twin
         return reply
 
+    def promote(self, slot: str) -> dict[str, Any]:
+        """As for both roles, and the slot's float64 twin becomes the main one's; the
+        low-precision twins of the old main model go."""
+        reply = super().promote(slot)
+        self.model64, self.twins = self.slots64.pop(slot, None), {}
+        return reply
+
     def run(
         self, key: str, slot: str = "main", levels: bool = False, allowed: str | None = None
     ) -> dict[str, Any]:

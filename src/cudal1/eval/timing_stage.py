@@ -6,6 +6,11 @@ the reference (``checks.interference``: its process is stopped while the referen
 leftover GPU work shows in the reference's own times), the reference's drift against its clean
 baseline (``checks.drift``), and the speed-of-light percentages with the physical-limit gate.
 
+The models timed are each worker's main model: where the re-drawn-weights probe applied and the
+candidate passed it, the two models it built with re-drawn weights (``checks.probes``: a speed
+that holds only at the initial weights is never measured), else the default-weight ones; the
+result's ``environment.timed_weights`` says which, and the drift baseline is kept per regime.
+
 Runs with the device and the reference's lock held, and, where the pool asks for it, inside a
 quiet window (``eval/quiet.py``) that stops the pool's other workers while the pair is sampled.
 """
@@ -30,7 +35,7 @@ from cudal1.eval.timing.paired import SampleInputs, measure_paired
 from cudal1.eval.timing.speed_of_light import DevicePeaks, Precision, Work, physical_gate, sol_ms
 from cudal1.eval.worker_pair import Seeds, WorkerPair
 from cudal1.eval.workers import WorkerEndpoint, default_build_cache
-from cudal1.schema import Finding, SpeedOfLight, Stage
+from cudal1.schema import Finding, SpeedOfLight, Stage, TimedWeights
 
 
 def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContextManager[int]]) -> None:
@@ -42,6 +47,8 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
         cfg = cfg.model_copy(
             update={"host_ahead": False, "reproducibility_floor": cfg.reproducibility_floor_cpu}
         )
+    weights: TimedWeights = "default" if pair.main_reinit is None else "redrawn"
+    record.note(timed_weights=weights)
     keys = [f"time{i}" for i in range(pair.config.timing_input_sets)]
     with record.phase("timing_inputs"):
         for key in keys:  # warm-up inputs; every timed sample makes fresh ones inside its request
@@ -97,7 +104,7 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
         # Not compared with, nor stored as, the task's clean baseline: a disturbed reference
         # evaluated first would have made later honest ones read as drifting.
         record.findings.append(disturbed)
-    elif (drift := _drift(pair)) is not None:
+    elif (drift := _drift(pair, weights)) is not None:
         record.findings.append(drift)
     if outcome.failures:
         raise StageFailed(Stage.TIMING, outcome.failures[0])
@@ -105,8 +112,9 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
         speed_of_light(pair, keys[0])
 
 
-def _drift(pair: WorkerPair) -> Finding | None:
-    """The reference's live median against its clean baseline (stored by the first call)."""
+def _drift(pair: WorkerPair, weights: TimedWeights) -> Finding | None:
+    """The reference's live median against its clean baseline for the weights timed (stored by
+    the first call)."""
     assert pair.record.timing is not None and pair.ref is not None
     return reference_drift(
         cache_root(pair.config) / "baselines",
@@ -115,6 +123,7 @@ def _drift(pair: WorkerPair) -> Finding | None:
         str(pair.ref.device_info.get("name")),
         str(pair.ref.info.get("torch")),
         pair.config.guards.reference_drift,
+        weights,
     )
 
 

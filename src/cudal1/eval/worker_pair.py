@@ -68,6 +68,9 @@ class WorkerPair:
     # a timing waiting for the device alone waits for one request, not for a whole stage
     # (``admission.DeviceAccess``); none inside ``holding_device``.
     hold: Callable[[], AbstractContextManager[object]] = nullcontext
+    # The seed both main models' weights were re-drawn from (``promote``), or None: the weights
+    # the init seed gave them.
+    main_reinit: int | None = None
     _input_digests: dict[str, list[Any]] = field(default_factory=dict)
     _out_bytes: dict[str, list[int]] = field(default_factory=dict)
     _ref_digests: dict[str, list[Any]] = field(default_factory=dict)
@@ -206,6 +209,13 @@ class WorkerPair:
         for proc in (self.ref.process, self.cand):
             with self.hold():
                 proc.request(Command.FORGET, keys=keys, slots=slots or [])
+
+    def promote(self, slot: str, reinit: int) -> None:
+        """Both workers' models in ``slot``, built with weights re-drawn from ``reinit``, replace
+        their main models: they are what is timed and what the late probes run."""
+        self.reference(Command.PROMOTE, slot=slot)
+        self.candidate(Command.PROMOTE, slot=slot)
+        self.main_reinit = reinit
 
     def compare(
         self, key: str | None, raw_reply: bytes, min_scale: float = 1.0, index: int = 0

@@ -9,9 +9,10 @@ a device whose reference was not found disturbed stores the reference's median p
 ones compare their live median with it (``drift_finding``). A candidate evaluated first that
 slowed the reference by less than that check's margin (10%) stores a baseline that much slower,
 and later honest runs then read up to 10% faster: inside the 15% this warns at, and only ever a
-warning. A baseline is keyed by task hash, device name, torch version and calls per sample (K
-changes what a per-call time includes), and is never overwritten: delete the file to re-baseline
-after a deliberate change.
+warning. A baseline is keyed by task hash, device name, torch version, calls per sample (K
+changes what a per-call time includes) and the weights timed (``schema.TimedWeights``: a task
+whose speed depends on its weights' values must not compare the two regimes), and is never
+overwritten: delete the file to re-baseline after a deliberate change.
 """
 
 from __future__ import annotations
@@ -26,27 +27,38 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cudal1.schema import Finding, Severity, Stage, Timing
+from cudal1.schema import Finding, Severity, Stage, TimedWeights, Timing
 
 log = logging.getLogger(__name__)
 
 
-def baseline_path(root: Path, task_hash: str, device_name: str, torch_version: str, calls: int) -> Path:
-    key = hashlib.sha256(f"{task_hash}|{device_name}|{torch_version}|{calls}".encode()).hexdigest()[:24]
-    return root / f"{key}.json"
+def baseline_path(
+    root: Path, task_hash: str, device_name: str, torch_version: str, calls: int, weights: TimedWeights
+) -> Path:
+    # The default weights' key is the one baselines had before re-drawn weights were timed.
+    regime = "" if weights == "default" else f"|{weights}"
+    text = f"{task_hash}|{device_name}|{torch_version}|{calls}{regime}"
+    return root / f"{hashlib.sha256(text.encode()).hexdigest()[:24]}.json"
 
 
 def reference_drift(
-    root: Path, timing: Timing, task_hash: str, device_name: str, torch_version: str, threshold: float
+    root: Path,
+    timing: Timing,
+    task_hash: str,
+    device_name: str,
+    torch_version: str,
+    threshold: float,
+    weights: TimedWeights = "default",
 ) -> Finding | None:
     """The drift finding for this run's reference time, storing it as the baseline when none exists."""
-    path = baseline_path(root, task_hash, device_name, torch_version, timing.calls_per_sample)
+    path = baseline_path(root, task_hash, device_name, torch_version, timing.calls_per_sample, weights)
     live = timing.ref_median_ms
     key = {
         "baseline": str(path),
         "device_name": device_name,
         "torch": torch_version,
         "calls_per_sample": timing.calls_per_sample,
+        "weights": weights,
     }
     try:
         stored = json.loads(path.read_text())

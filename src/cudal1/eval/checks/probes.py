@@ -19,14 +19,20 @@
   ``probe_skipped`` finding.
 - Re-initialised weights (``default_weights_assumed``, or ``default_weights_unmapped`` where a
   tensor the reference re-drew has no counterpart in the candidate; both REJECT; in the
-  correctness stage, ``guards.default_weights``): both models rebuilt beside the timed ones with
+  correctness stage, ``guards.default_weights``): both models rebuilt beside the default ones with
   every floating parameter and buffer re-drawn *as they are built* (the rule, and why through
   construction, is ``process.probe_values``'s: a candidate that folds or reshapes its weights
   in ``__init__`` folds the new values). A candidate right only while weights keep their
   initial values (a zero-initialised gate it skips, a norm's affine step, a threshold that the
   default weights never cross) computes another function here. Its output on the new weights is
   what is judged; the counterparts only name the cause. A non-finite reference output on the new
-  weights skips the set (INFO ``probe_skipped``).
+  weights skips the set (INFO ``probe_skipped``). Where the candidate passes, the two re-drawn
+  models replace the default-weight ones and are what the timing measures
+  (``WorkerPair.promote``, ``environment.timed_weights``): a candidate fast only while the
+  weights keep their initial values (it skips a branch its zero-initialised gate turns off, and
+  is exact elsewhere: ``audit/cases/gate_checked_at_runtime.py``) was right here and fast at
+  the defaults, and is now never timed at the defaults. Where the probe is off, skipped, or
+  has nothing to re-draw, the default-weight models are timed, and the result says so.
 - Perturbed init inputs (``init_inputs_ignored``, REJECT): both models rebuilt beside the timed
   ones with every nonzero float init input scaled by 1.5 (value hyperparameters: scales, slopes;
   integers are structural, kernel and hidden sizes, which a kernel may specialise on). ModelNew
@@ -37,7 +43,10 @@ What these do not cover: a fingerprint that happens to include a perturbed posit
 positions are secret and few, so the chance is small, not zero); constants other than batch
 size; hyperparameters passed as integers or nested values; a threshold beyond even the shifted
 range; a candidate that recognises a probe in its own process (the probes' models are built by
-the same worker code, but the re-drawing constructors are visible there).
+the same worker code, but the re-drawing constructors are visible there); a speed that holds only
+at the initial weights on a task the re-drawn-weights probe is skipped on (the reference's output
+is not finite with re-drawn weights), or with ``guards.default_weights`` off: the timing then
+runs at the defaults.
 
 Alternative shapes and init inputs run after timing, so a candidate that crashes its worker on
 unexpected sizes (an out-of-bounds kernel) costs it the finding, not its measurement. A probe
@@ -66,6 +75,7 @@ class ProbeTarget(Protocol):
 
     task: Task
     config: EvalConfig
+    main_reinit: int | None  # the seed the main models' weights were re-drawn from, if they were
 
     @property
     def findings(self) -> list[Finding]: ...
@@ -187,25 +197,27 @@ def shifted_inputs(ev: ProbeTarget, key: str) -> None:
     raise StageFailed(Stage.CORRECTNESS, f"shifted input set: {problem}")
 
 
-def reinitialised_weights(ev: ProbeTarget, seed: int, init_args: list[Any], init_seed: int) -> None:
+def reinitialised_weights(ev: ProbeTarget, seed: int, init_args: list[Any], init_seed: int) -> bool:
     """Raises StageFailed (correctness) with a ``default_weights_assumed`` or
-    ``default_weights_unmapped`` finding on a miss."""
+    ``default_weights_unmapped`` finding on a miss. Returns True when both re-drawn models passed:
+    they stay in slot ``WEIGHTS`` for the caller to time (``WorkerPair.promote``) and to forget
+    otherwise; False when the probe did not apply or was skipped (nothing is left behind)."""
     try:
         redrawn = ev.build_model(init_args, init_seed, WEIGHTS, candidate=False, reinit=seed)["redrawn"]
         if not redrawn:  # nothing to re-draw: the probe does not apply (no finding)
             _note(ev, "default_weights", skipped="the reference has no floating parameter or buffer")
             ev.forget([], [WEIGHTS])
-            return
+            return False
         finite = ev.make_inputs(seed, WEIGHTS, slot=WEIGHTS)["finite"]
     except StageFailed as exc:
         if not exc.reference:
             raise
-        _skipped(ev, "default_weights", str(exc), [WEIGHTS], [WEIGHTS])
-        return
+        _skipped(ev, "default_weights", f"{exc}; timed at the default weights", [WEIGHTS], [WEIGHTS])
+        return False
     if not finite:
-        why = "the reference's output is not finite with its weights re-drawn"
+        why = "the reference's output is not finite with its weights re-drawn; timed at the default weights"
         _skipped(ev, "default_weights", why, [WEIGHTS], [WEIGHTS])
-        return
+        return False
     try:
         theirs = ev.build_model(init_args, init_seed, WEIGHTS, candidate=True, reinit=seed).get("redrawn")
         problem = _candidate_problem(ev, WEIGHTS, WEIGHTS)
@@ -215,9 +227,10 @@ def reinitialised_weights(ev: ProbeTarget, seed: int, init_args: list[Any], init
     made = {tuple(k[1:]) for k in theirs or [] if isinstance(k, list) and len(k) == 4}
     unmapped = [label for label, *k in redrawn if tuple(k) not in made]
     _note(ev, "default_weights", redrawn=len(redrawn), unmapped=unmapped[:50], ok=problem is None)
-    ev.forget([WEIGHTS], [WEIGHTS])
     if problem is None:
-        return
+        ev.forget([WEIGHTS])  # the input set; the models stay
+        return True
+    ev.forget([WEIGHTS], [WEIGHTS])
     ev.findings.append(_weights_finding(problem, [label for label, *_ in redrawn], unmapped))
     raise StageFailed(Stage.CORRECTNESS, f"re-initialised weights: {problem}")
 
@@ -302,8 +315,9 @@ def alternative_shapes(ev: ProbeTarget, seed: int, init_args: list[Any], init_se
         _note(ev, "shapes", skipped="the task has no module-level batch-size constant")
         return
     try:
-        # The reference's timed model lost its float64 twin before timing; rebuild one beside it.
-        ev.build_model(init_args, init_seed, SHAPES, candidate=False)
+        # The reference's timed model lost its float64 twin before timing; rebuild one beside it,
+        # with the candidate's main model's weights (re-drawn where those were timed).
+        ev.build_model(init_args, init_seed, SHAPES, candidate=False, reinit=ev.main_reinit)
         ev.make_inputs(seed, SHAPES, sizes=sizes, slot=SHAPES)
     except StageFailed as exc:
         if not exc.reference:

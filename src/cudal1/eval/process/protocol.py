@@ -40,6 +40,7 @@ class Command(StrEnum):
     PREWARM = "prewarm"
     PEAKS = "peaks"
     FORGET = "forget"
+    PROMOTE = "promote"
     PING = "ping"
     EXIT = "exit"
 
@@ -85,6 +86,8 @@ _SPEC: dict[Command, tuple[frozenset[Role], Stage]] = {
     Command.PREWARM: (_REF, Stage.LOAD),
     Command.PEAKS: (_REF, Stage.TIMING),
     Command.FORGET: (_BOTH, Stage.CORRECTNESS),
+    # A probe's model becomes the main one, the model timed (``WorkerServer.promote``).
+    Command.PROMOTE: (_BOTH, Stage.CORRECTNESS),
     Command.PING: (_BOTH, Stage.TIMING),
     Command.EXIT: (_BOTH, Stage.LOAD),
 }

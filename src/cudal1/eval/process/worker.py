@@ -92,6 +92,7 @@ class WorkerServer:
             Command.PREPARE: self.prepare,
             Command.TIME: self.time,
             Command.FORGET: self.forget,
+            Command.PROMOTE: self.promote,
             Command.PING: lambda: {},
         }
 
@@ -374,6 +375,14 @@ class WorkerServer:
             self.inputs.pop(key, None)
         for slot in slots or []:
             self.slots.pop(slot, None)
+        return {}
+
+    def promote(self, slot: str) -> dict[str, Any]:
+        """The model in probe slot ``slot`` becomes the main model, the one timed and run by later
+        checks; the main one is dropped, so a side holds no more models than before the probe.
+        A candidate's worker that keeps timing another model is caught by the timed outputs'
+        checks: the reference's timed outputs come from the promoted model."""
+        self.model = self.slots.pop(slot)
         return {}
 
 
