@@ -13,30 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from train_fixtures import GELU
+from train_fixtures import GELU, grpo_config
 
 from cudal1.run.database import CandidateDB
 from cudal1.train.grpo import check_own_eval_devices
 from cudal1.train.models import TrainError
 from cudal1.train.ranks import Ranks
 
-
-def _config(tmp_path: Path, eval_config: dict[str, Any]) -> Path:
-    data = {
-        "optim": {"report_to": "none", "batch_size": 4, "max_steps": 2, "save_steps": 1, "learning_rate": 1e-3},
-        "lora": {"r": 4},
-        "num_generations": 4,
-        "sampling": {"max_tokens": 400},
-        "seed_baselines": False,
-        "device": "cpu",
-        "size": "cpu",
-        "eval": eval_config,
-        "pool": {"workers": 2, "spares": 1},
-    }
-    path = tmp_path / "grpo.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+SMALL: dict[str, Any] = {"max_steps": 2, "report_to": "none", "max_tokens": 400}
 
 
 def test_two_processes_share_one_database_and_one_evaluator(
@@ -45,7 +29,7 @@ def test_two_processes_share_one_database_and_one_evaluator(
     out = tmp_path / "grpo"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     cmd += ["-m", "cudal1.cli", "train", "grpo", "--model", str(answering_model), "--out", str(out)]
-    cmd += ["--tasks", GELU.name, "--config", str(_config(tmp_path, eval_config))]
+    cmd += ["--tasks", GELU.name, "--config", str(grpo_config(tmp_path, eval_config, **SMALL))]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]

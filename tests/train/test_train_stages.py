@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from run_fixtures import GELU
 from test_train_datasets import make_run
+from train_fixtures import grpo_config
 from typer.testing import CliRunner
 
 from cudal1.cli import app
@@ -70,29 +71,6 @@ def test_selfsup_round_evaluates_samples_and_trains_on_the_correct_ones(
     assert (out / "round-1" / "model" / "config.json").is_file() and (final / "config.json").is_file()
     # a finished round is not run again
     assert run_selfsup(answering_model, [GELU], out, cfg, resume=True) == final
-
-
-def grpo_config(tmp_path: Path, eval_config: dict[str, Any]) -> Path:
-    data = {
-        "optim": {
-            "report_to": "tensorboard",
-            "batch_size": 4,
-            "max_steps": 3,
-            "save_steps": 1,
-            "learning_rate": 1e-3,
-        },
-        "lora": {"r": 4},
-        "num_generations": 4,
-        "sampling": {"max_tokens": 8},
-        "seed_baselines": False,
-        "device": "cpu",
-        "size": "cpu",
-        "eval": eval_config,
-        "pool": {"workers": 2, "spares": 1},
-    }
-    path = tmp_path / "grpo.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 def test_grpo_killed_after_a_checkpoint_resumes_without_losing_evaluations(

@@ -6,7 +6,7 @@ from run_fixtures import GELU, GOOD, NO_CODE, eval_data
 
 from cudal1.search.prompts import render_contrastive_prompt, render_generation_prompt
 
-__all__ = ["ANSWERS", "GELU", "GOOD_ANSWER", "HACK_ANSWER", "NO_CODE", "corpus", "eval_data"]
+__all__ = ["ANSWERS", "GELU", "GOOD_ANSWER", "HACK_ANSWER", "NO_CODE", "corpus", "eval_data", "grpo_config"]
 
 GOOD_ANSWER = GOOD.replace("{i}", "0")
 # Correct outputs, but written into the input tensor: the evaluator rejects it (input_mutated).
@@ -133,3 +133,29 @@ def score(reward, replies, step=1):
             trainer_state=State(),
         )
     )
+
+
+def grpo_config(tmp_path, eval_config, *, max_steps: int = 3, report_to: str = "tensorboard", max_tokens: int = 8):
+    """A GRPO stage config file for CPU tests: 4 completions a step, LoRA rank 4, a small pool."""
+    import yaml
+
+    data = {
+        "optim": {
+            "report_to": report_to,
+            "batch_size": 4,
+            "max_steps": max_steps,
+            "save_steps": 1,
+            "learning_rate": 1e-3,
+        },
+        "lora": {"r": 4},
+        "num_generations": 4,
+        "sampling": {"max_tokens": max_tokens},
+        "seed_baselines": False,
+        "device": "cpu",
+        "size": "cpu",
+        "eval": eval_config,
+        "pool": {"workers": 2, "spares": 1},
+    }
+    path = tmp_path / "grpo.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
