@@ -27,17 +27,9 @@ import torch
 from cudal1.eval.checks.allowance import OPERATIONS, Allowance, calibrate
 from cudal1.eval.checks.compare import compare_outputs, precision_ratio
 from cudal1.eval.process.protocol import Command, Role
+from cudal1.eval.process.timed_sample import release, sync, to_device
 from cudal1.eval.process.wire import decode, digest, flatten_outputs
-from cudal1.eval.process.worker import (
-    Handler,
-    WorkerServer,
-    describe,
-    digests,
-    main,
-    release,
-    sync,
-    to_device,
-)
+from cudal1.eval.process.worker import Handler, WorkerServer, describe, digests, main
 from cudal1.eval.timing.speed_of_light import count_work, load_or_measure_peaks
 
 ENTRY = "cudal1.eval.reference_process"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cudal1.eval.process import lead, timer_guard, worker
+from cudal1.eval.process import lead, timed_sample, timer_guard, worker
 from cudal1.eval.process.protocol import Command
 from cudal1.eval.process.wire import decode, encode
 
@@ -84,7 +84,7 @@ def test_an_event_subclass_put_in_place_of_the_class_is_named(server, monkeypatc
 def test_the_forged_time_fixture_wrapping_the_command_table_is_named(server, monkeypatch):
     _, handlers = server
     # The hack wraps every dict holding "time" and "warmup": the table, and the class's own dict.
-    monkeypatch.setattr(worker.WorkerServer, "time", worker.WorkerServer.time)  # restored after
+    monkeypatch.setattr(timed_sample.TimedSampler, "time", timed_sample.TimedSampler.time)  # restored after
     with warnings.catch_warnings():  # its walk over every object touches deprecated torch names
         warnings.simplefilter("ignore")
         runpy.run_path(str(FORGED_TIME))
@@ -92,20 +92,35 @@ def test_the_forged_time_fixture_wrapping_the_command_table_is_named(server, mon
     assert timer_guard.tampered() == [
         "handler time",
         "handler time: server.time",
-        "cudal1.eval.process.worker.WorkerServer.time",
+        "cudal1.eval.process.timed_sample.TimedSampler.time",
     ]
 
 
 def test_new_code_in_the_time_method_is_named(server, monkeypatch):
-    monkeypatch.setattr(worker.WorkerServer.time, "__code__", worker.WorkerServer.forget.__code__)
+    monkeypatch.setattr(timed_sample.TimedSampler.time, "__code__", worker.WorkerServer.forget.__code__)
     found = timer_guard.tampered()
-    assert "cudal1.eval.process.worker.WorkerServer.time" in found and "handler time" in found
+    assert "cudal1.eval.process.timed_sample.TimedSampler.time" in found and "handler time" in found
 
 
 def test_a_method_put_over_the_handlers_name_is_named(server, monkeypatch):
     srv, _ = server
     monkeypatch.setattr(srv, "time", lambda *a, **k: {"ms": 0.0})
     assert timer_guard.tampered() == ["handler time: server.time"]
+
+
+@pytest.mark.parametrize("where", ["instance", "subclass"])
+def test_an_inner_step_put_over_on_the_server_is_named(server, monkeypatch, where):
+    """``time`` calls ``self._timed_calls``: a forged one on the instance, or on the candidate's
+    class, takes the handler's place without touching the handler table."""
+    srv, _ = server
+    target = srv if where == "instance" else worker.CandidateServer
+    monkeypatch.setattr(target, "_timed_calls", lambda *a, **k: (0.0, True, 0.0), raising=False)
+    assert timer_guard.tampered() == ["server._timed_calls"]
+
+
+def test_a_rebound_timed_sample_global_is_named(server, monkeypatch):
+    monkeypatch.setattr(timed_sample, "sync", _wrapped(timed_sample.sync))
+    assert timer_guard.tampered() == ["cudal1.eval.process.timed_sample.sync"]
 
 
 def test_a_rebound_worker_global_is_named(server, monkeypatch):

@@ -478,6 +478,18 @@ def test_a_candidate_right_only_on_the_last_call_is_caught_because_the_call_is_d
     assert "timed_output_mismatch" in [f.code for f in findings]
 
 
+def test_a_candidate_right_on_one_call_is_caught_by_the_first_check_even_at_small_k():
+    """At K=4 one fetched call missed the skipped ones with chance 1/4 a check; two distinct
+    calls a check cannot both be its one right call."""
+    for seed in range(20):
+        clock = FakeClock()
+        ref, cand = FakeEndpoint(clock, 0.01), RightOnTheLastCallOnly(clock, 0.01)
+        cfg = _cfg(max_samples=8, check_output_fraction=0.0, max_timing_sets=4)
+        out = _measure(ref, cand, cfg, rng=random.Random(seed))
+        assert out.calls_per_sample == 4
+        assert out.failures and out.stop_reason == "output_check_failed" and len(out.ref_ms) == 1
+
+
 def test_the_fetched_call_is_drawn_anew_for_every_checked_sample():
     clock = FakeClock()
     ref, cand = FakeEndpoint(clock, 0.01), FakeEndpoint(clock, 0.01)

@@ -91,6 +91,23 @@ def _handlers(server: Any, table: dict[Any, Callable[..., Any]]) -> dict[str, Ca
     return getters
 
 
+def _methods(server: Any, covered: set[str]) -> dict[str, Callable[[], Any]]:
+    """What each method name of the server's classes resolves to on the server now: an instance
+    attribute or a class attribute put over an inner step (``server._timed_calls = ...``, a
+    subclass's new ``_timed_calls``) changes what the handlers call without touching them, or any
+    method the snapshot saw (the classes' own dicts are watched by ``_module``)."""
+    names = {
+        attr
+        for cls in type(server).__mro__[:-1]
+        for attr, value in vars(cls).items()
+        if isinstance(value, FunctionType) and not attr.startswith("__")
+    }
+    return {
+        f"server.{name}": _attribute(_attribute(lambda: server, name), "__func__")
+        for name in sorted(names - covered)
+    }
+
+
 def _module(namespace: dict[str, Any]) -> dict[str, Callable[[], Any]]:
     """Every module-level name of a module (and the set of them: a new global can shadow a
     builtin), and every method of the classes it defines."""
@@ -131,7 +148,9 @@ def snapshot(server: Any, table: dict[Any, Callable[..., Any]], conn: Any = None
     """What ``tampered`` compares against: taken where the worker starts serving ``table`` over
     ``conn`` (its socket: an attribute set on the object itself, ``conn.send_bytes = ...``,
     would rewrite or read every reply without touching the class; red team 2026-11-26)."""
-    getters = _timers() | _handlers(server, table)
+    handlers = _handlers(server, table)
+    covered = {label.rpartition("server.")[2] for label in handlers if ": server." in label}
+    getters = _timers() | handlers | _methods(server, covered)
     if conn is not None:
         getters["socket"] = lambda: type(conn)
         getters["socket attributes"] = lambda: frozenset(vars(conn))
