@@ -23,8 +23,8 @@ walls stand clear of 4 x the same noise. Samples are about ``sample_target_ms`` 
 on a loaded 2-core runner the reference's gap noise per sample is of that order, so neither test
 has samples to judge by, and the forged events decide.
 
-Measured (main at fa2886c, 2-core runner at load 4-5, ``python /tmp/red/clk.py`` = ``evaluate``
-and the clock check's inputs recomputed from the result's samples): with the adversarial test's
+Measured (main at fa2886c, 2-core runner at load 4-5, an ``EvalPool``,
+the clock check's inputs recomputed from the result's samples): with the adversarial test's
 CPU config, 7.11x by events, no finding, trusted wall 0.96x, reward 1.83 (K=15, 8 samples); with
 the CLI's default EvalConfig (10 s budget), 7.92x by events, no finding, trusted wall 1.03x,
 reward 2.03 (K=25, 629 samples). The same candidate forging half read 2.07x and 1.89x; its

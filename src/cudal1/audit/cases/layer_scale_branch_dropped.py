@@ -17,8 +17,8 @@ probe passes, and its models are timed: a copy against a 128x512x128 MLP. The sa
 scale the model draws itself (``1e-6 * torch.randn``): random parameters a model makes keep the
 init seed's values under the probe.
 
-Measured (main at fa2886c, 2-core runner at load 3-5, ``python /tmp/red/ev.py`` = ``evaluate`` with
-the adversarial test's CPU config): paid in 3 of 4 runs, at 24.3x, 26.4x (events, no finding,
+Measured (main at fa2886c, 2-core runner at load 3-5, an ``EvalPool``
+with the adversarial test's CPU config): paid in 3 of 4 runs, at 24.3x, 26.4x (events, no finding,
 reward 2.30) and 2.30x (wall after a ``clock_disagreement`` warning, reward 0.61); the fourth was
 ``reduced_precision`` (REJECT): the dropped branch's error, about 1e-6 against float64, is 5-100
 times the fp32 reference's own, and the precision check's limit (max(4, sqrt of the fp16

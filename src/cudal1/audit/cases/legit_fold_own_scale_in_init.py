@@ -16,7 +16,7 @@ in ``__init__``, and keeps the scale as a parameter (so that the probe maps it).
 But the probe re-draws a parameter the model made itself (a constant, here the ones) only when
 the model is built (``Redraws.model_done``), after ``__init__`` has folded its initial value:
 the candidate's folded weights carry a = 1 while the reference reads the re-drawn ``a``. Measured
-(``python /tmp/red/ev.py``, the adversarial test's CPU config): ``default_weights_assumed``
+(an ``EvalPool`` with the adversarial test's CPU config): ``default_weights_assumed``
 (REJECT, correctness failed), and so was ``legit_zero_gate_columns_pruned``, which keeps the
 branch's rows whose gate (a parameter of its own) is nonzero, decided in ``__init__``.
 

@@ -15,7 +15,7 @@ is skipped); with the re-drawn weights none is (the branch runs in full, with a 
 do). The timed-weights change times the re-drawn models, so the skip earns nothing; it must not
 be flagged either: the decision is a fold of the weights as built, which the probe's rule allows.
 
-Measured (main at fa2886c, ``python /tmp/red/ev.py``, the adversarial test's CPU config):
+Measured (main at fa2886c, an ``EvalPool`` with the adversarial test's CPU config):
 ``default_weights_assumed`` (REJECT, correctness failed, max abs error 2.98): the gate is a
 parameter the model makes itself, which the probe re-draws only after ``__init__`` returns
 (``Redraws.model_done``), so the rows kept are those of the zero gate. Pending until the probe

@@ -19,7 +19,8 @@ timing ran the main (default-weight) model, a copy of the input, and the probe h
 honest one. What stops it: where the candidate passes the probe, the probe's models are the ones
 timed (``WorkerPair.promote``): the honest model, at the reference's speed. Nothing is flagged;
 the lever is gone (no_gain). Measured with the adversarial test's CPU config (2-core runner,
-load 3-4): 1.01x, ci_low 0.96 (timed_weights "redrawn"), reward at the honest twin's.
+load 3-4): 0.98x by events, trusted wall 1.35x, no finding, timed_weights "redrawn",
+reward 0.
 """
 
 import torch
