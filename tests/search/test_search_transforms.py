@@ -130,7 +130,6 @@ def test_a_program_that_cannot_be_wrapped_is_refused():
         repaired_twin(repaired_twin(FLAG_SETTER))
 
 
-
 def test_a_stacked_program_is_its_base_block_then_one_block_per_transform():
     """Composing is appending: each wrapper block is the same text over any program, so a policy
     that wrote each block can write a stack of them it never saw."""

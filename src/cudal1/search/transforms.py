@@ -323,7 +323,9 @@ def wrapper_class(doc: str, variant: Variant, embedded: Embedded, build: str = _
     )
 
 
-STACK_HEADER = "# cudal1 stacked program: the base block, then one wrapper block per transform, innermost first."
+STACK_HEADER = (
+    "# cudal1 stacked program: the base block, then one wrapper block per transform, innermost first."
+)
 
 _STACK_BASE = Template('''
 class ModelNew($inner):
