@@ -25,10 +25,11 @@ by the device tool's limit is resumed by the same command with ``--resume``):
   (``PremeasuredReward``: no torch.compile builds during training). The control is the same run
   with each batch's rewards shuffled (``ShuffledReward``); the ablation starts from
   ``ablation-sft`` and hides the speedups from every prompt.
-- **remeasure**: each policy (SFT, final, control, ablation of every seed) is sampled
-  ``--samples`` times on each task's first prompt, at GRPO's temperature; every distinct program
-  is evaluated in ``remeasure/``, a run directory no training stage reads or writes, so no
-  number a policy was trained on is reused. A sample that does not verify counts as 0x.
+- **remeasure**: each policy (SFT, final, control, ablation of every seed) was sampled
+  ``--samples`` times on each task's first prompt, at GRPO's temperature, right after it was
+  trained (``seed-N/samples/*.json``: the models need not outlive their call); every distinct
+  program is evaluated in ``remeasure/``, a run directory no training stage reads or writes, so
+  no number a policy was trained on is reused. A sample that does not verify counts as 0x.
 - **report**: per seed, the mean verified speedup with a 95% interval of the SFT policy, the final
   policy, the control and the ablation, the paired final-vs-SFT difference
   (``learning_stats.py`` says which test and why), the best reachable; ``learning-check.json``.
@@ -39,18 +40,25 @@ by the device tool's limit is resumed by the same command with ``--resume``):
 GPU plan (H100, defaults: 4 tasks, 3 seeds, 30 GRPO steps of 8 samples per task), from the
 repository's numbers: an evaluation holds the GPU 4-60 s, about 200-400 evaluations per
 GPU-hour (README, best-known runs), a torch.compile build 30-60 s of CPU (16 cores, 6 workers
-build in parallel). Each stage is one or more calls of ``scripts/gpu-check.sh train
-learning-check STAGE`` (stopped at 540 s, then resumed by the same call):
+build in parallel); the tiny policy trains and samples in seconds per step. Each line is one
+call of ``bash scripts/gpu-check.sh train learning-check STAGES... --resume [--seeds N]``, which
+stops the script at 540 s (SIGINT) so the device tool's 10 minutes are not reached; the same
+call again resumes (arms and re-measurements pending are evaluated, GRPO restarts from its last
+checkpoint, every 5 steps):
 
-- prepare: 48 arms (2 conv tasks x 19, 2 others x 5): 8-15 min, 1-2 calls;
-- sft + grpo, seed N: SFT about 1 min (tiny model, 200 steps), GRPO 30 steps about 2-4 min when
-  samples write arms (a program outside the arms, when it parses, costs one fresh evaluation):
-  one call per seed;
-- control + ablation, seed N (an SFT of 1 min and two GRPO runs): one call per seed;
-- remeasure: at most the distinct programs of all policies, bounded by the arms plus stray
-  programs, so about 50-80 evaluations: 10-20 min, 2 calls; report: seconds, CPU only.
+1. ``prepare``: 48 arms (2 conv tasks x 19, 2 others x 5): 8-15 GPU min, 1-2 calls;
+2. ``sft grpo control --seeds N``, for N = 0, 1, 2: SFT about 1 min (200 steps), each GRPO run
+   2-4 min when the samples write arms (copied in, no build) and a stray program that parses
+   costs one evaluation: 6-9 min, one call per seed (3 calls);
+3. ``ablation --seeds 0 1 2``: an SFT and a GRPO run per seed, 3-5 min each: 2 calls;
+4. ``remeasure report``: every distinct program of the 12 sampled policies, at most the 48 arms
+   plus stray programs, about 50-80 evaluations: 10-20 min, 2 calls.
 
-In all about 9-10 calls, 70-90 GPU minutes; ``--seeds`` and ``--tasks`` scale it down.
+In all 8-9 calls, about 60-90 GPU minutes. What must survive between calls is small (``arms/``,
+``shown.db``, ``seed-N/samples/``, ``remeasure/``): the script copies it to
+``$OUT/learning-check/``; a fresh machine gets it back by carrying ``runs/learning-check``. A
+seed's ``sft`` must share its call with its ``grpo`` and ``control`` (they start from its
+model). ``--seeds`` and ``--tasks`` scale the whole plan down.
 
 On a CPU (``--device cpu``, CPU task sizes) the CUDA-only blocks do nothing, so the arms are
 torch.compile and channels_last and the tasks are small: torch.compile is usually slower than
@@ -199,11 +207,16 @@ def load_arms(work: Path, tasks: list[Task], args: argparse.Namespace) -> dict[s
 
 def reachable(arms: dict[str, list[Arm]]) -> dict[str, float]:
     """Best mean verified speedup over the tasks: with every arm, and with the arms SFT shows."""
+    reward = [max((a.reward for a in v), default=0.0) for v in arms.values()]
     best = [max((a.speedup or 0.0 for a in v), default=0.0) for v in arms.values()]
     shown = [
         max((a.speedup or 0.0 for a in v if a.label not in held_out(v)), default=0.0) for v in arms.values()
     ]
-    return {"best_reachable": statistics.fmean(best), "best_shown": statistics.fmean(shown)}
+    return {
+        "best_reachable": statistics.fmean(best),
+        "best_shown": statistics.fmean(shown),
+        "best_reachable_reward": statistics.fmean(reward),
+    }
 
 
 def render_arms(arms: dict[str, list[Arm]]) -> None:
@@ -220,7 +233,8 @@ def render_arms(arms: dict[str, list[Arm]]) -> None:
     console.print(table)
     r = reachable(arms)
     console.print(
-        f"best reachable mean verified speedup (each task's best arm): {r['best_reachable']:.3f}x; "
+        f"best reachable mean reward (each task's best arm): {r['best_reachable_reward']:.3f}; "
+        f"mean verified speedup: {r['best_reachable']:.3f}x; "
         f"best among the arms SFT shows: {r['best_shown']:.3f}x"
     )
 
@@ -251,6 +265,8 @@ def stage_sft(work: Path, tasks: list[Task], args: argparse.Namespace, seed: int
     root = work / f"seed-{seed}"
     out = root / ("ablation-sft" if ablation else "sft")
     if done(out):
+        if not ablation and not (samples_dir(work, seed) / "sft.json").is_file():
+            save_samples(work, tasks, args, seed, "sft", out)
         return
     cfg = grpo_config(args, len(tasks), seed, show_speedups=not ablation)
     if not (root / "tiny" / "config.json").is_file():
@@ -283,6 +299,8 @@ def stage_sft(work: Path, tasks: list[Task], args: argparse.Namespace, seed: int
         }
     )
     run_sft(root / "tiny", data, out, sft)
+    if not ablation:  # the ablation is judged by its GRPO policy; its SFT policy is not re-measured
+        save_samples(work, tasks, args, seed, "sft", out)
 
 
 def stage_grpo(work: Path, tasks: list[Task], args: argparse.Namespace, seed: int, kind: str) -> None:
@@ -290,6 +308,8 @@ def stage_grpo(work: Path, tasks: list[Task], args: argparse.Namespace, seed: in
     out = root / kind
     start = root / ("ablation-sft" if kind == "ablation" else "sft")
     if done(out):
+        if not (samples_dir(work, seed) / f"{POLICY_OF[kind]}.json").is_file():
+            save_samples(work, tasks, args, seed, POLICY_OF[kind], out)
         return
     if not done(start):
         raise SystemExit(
@@ -306,32 +326,49 @@ def stage_grpo(work: Path, tasks: list[Task], args: argparse.Namespace, seed: in
 
     cfg = grpo_config(args, len(tasks), seed, show_speedups=kind != "ablation")
     run_grpo(start / MODEL, tasks, out, cfg, resume=True, wrap_reward=wrap)
+    save_samples(work, tasks, args, seed, POLICY_OF[kind], out)
 
 
 # -- remeasure and report ------------------------------------------------------------------------
 
 
-def policies(work: Path, seed: int) -> dict[str, Path]:
-    root = work / f"seed-{seed}"
-    named = {
-        "sft": root / "sft",
-        "final": root / "grpo",
-        "control": root / "control",
-        "ablation": root / "ablation",
-    }
-    return {name: path for name, path in named.items() if done(path)}
+POLICY_OF = {"grpo": "final", "control": "control", "ablation": "ablation"}
+
+
+def samples_dir(work: Path, seed: int) -> Path:
+    return work / f"seed-{seed}" / "samples"
+
+
+def save_samples(
+    work: Path, tasks: list[Task], args: argparse.Namespace, seed: int, name: str, path: Path
+) -> None:
+    """``--samples`` replies of a just-trained policy to each task's first prompt, at GRPO's
+    temperature, kept as JSON: the re-measurement needs these, not the model (which a fresh
+    device machine no longer has)."""
+    cfg = grpo_config(args, len(tasks), seed, show_speedups=name != "ablation")
+    with CandidateDB(work / "shown.db") as db:
+        prompts = {t.name: next(prompt_stream(db, [t], cfg))["prompt"] for t in tasks}
+    texts = sample_policy(path / MODEL, prompts, cfg, samples=args.samples, seed=seed)
+    samples_dir(work, seed).mkdir(parents=True, exist_ok=True)
+    (samples_dir(work, seed) / f"{name}.json").write_text(json.dumps(texts))
+
+
+def sampled(work: Path, seed: int) -> dict[str, dict[str, list[str]]]:
+    """Every sampled policy of a seed: sft, final, control, ablation (those that finished)."""
+    files = sorted(samples_dir(work, seed).glob("*.json")) if samples_dir(work, seed).is_dir() else []
+    return {f.stem: dict(json.loads(f.read_text())) for f in files}
 
 
 def stage_remeasure(work: Path, tasks: list[Task], args: argparse.Namespace) -> None:
-    """Sample every finished policy (kept in samples/*.json), then evaluate each distinct program
+    """Every distinct program the policies' samples (``seed-N/samples/*.json``) write, evaluated
     once in ``remeasure/``; a cut-off call evaluates what is still pending."""
     by_name = {t.name: t for t in tasks}
     run = RunDirectory(work / "remeasure")
     with run.session() as db:
         start_session(db, run, tasks, eval_config(args.device, 2.0), note="learning-check remeasure")
         for seed in args.seeds:
-            for name, path in policies(work, seed).items():
-                for task, texts in samples_of(work, tasks, args, seed, name, path).items():
+            for name, by_task in sampled(work, seed).items():
+                for task, texts in by_task.items():
                     for text in texts:
                         code = extract(text).code
                         if code is not None and db.find_by_hash(task, source_hash(code)) is None:
@@ -343,20 +380,6 @@ def stage_remeasure(work: Path, tasks: list[Task], args: argparse.Namespace) -> 
             console.print(f"re-measuring {len(pending)} program(s) in {run.path}")
             with make_pool(eval_config(args.device, 2.0), pool_config(args.device)) as pool:
                 asyncio.run(evaluate_rows(db, pool, by_name, pending))
-
-
-def samples_of(
-    work: Path, tasks: list[Task], args: argparse.Namespace, seed: int, name: str, path: Path
-) -> dict[str, list[str]]:
-    file = work / f"seed-{seed}" / "samples" / f"{name}.json"
-    if not file.is_file():
-        cfg = grpo_config(args, len(tasks), seed, show_speedups=name != "ablation")
-        with CandidateDB(work / "shown.db") as db:
-            prompts = {t.name: next(prompt_stream(db, [t], cfg))["prompt"] for t in tasks}
-        texts = sample_policy(path / MODEL, prompts, cfg, samples=args.samples, seed=seed)
-        file.parent.mkdir(parents=True, exist_ok=True)
-        file.write_text(json.dumps(texts))
-    return dict(json.loads(file.read_text()))
 
 
 def sample_values(db: CandidateDB, texts: dict[str, list[str]]) -> dict[str, list[float]]:
@@ -390,10 +413,7 @@ def report(work: Path, tasks: list[Task], args: argparse.Namespace) -> bool:
     verdicts: list[SeedVerdict] = []
     with CandidateDB(work / "remeasure" / DB_FILE) as db:
         for seed in args.seeds:
-            values = {
-                name: sample_values(db, samples_of(work, tasks, args, seed, name, path))
-                for name, path in policies(work, seed).items()
-            }
+            values = {name: sample_values(db, texts) for name, texts in sampled(work, seed).items()}
             if "sft" in values and "final" in values:
                 verdicts.append(judge_seed(seed, values))
     render_verdicts(verdicts, reach)
