@@ -171,6 +171,10 @@ def grpo_config(args: argparse.Namespace, n_tasks: int, seed: int, *, show_speed
             "seed": seed,
             "exemplars": {"show_speedups": show_speedups},
             "reward": {"bar": "eager"},  # the arms' headroom is over eager; torch.compile is an arm
+            # Every program this policy can write is made of the built-in transforms' blocks (its
+            # tokenizer knows no other code), and an arm near the speed-of-light floor is what the
+            # check wants found: with no judge, holding it (the default) would cap the best arm.
+            "audit": {"unaudited": "keep"},
             "eval": eval_config(args.device, 1.0).model_dump(),
             "pool": pool_config(args.device).model_dump(),
             "eval_devices": args.eval_devices or (),
