@@ -5,7 +5,8 @@ its SFT policy wrote, beyond noise, on every seed, while a control with shuffled
     python benchmarks/learning_check.py --stage sft grpo --seeds 0 --resume
     python benchmarks/learning_check.py --stage control ablation --seeds 0 --resume
     python benchmarks/learning_check.py --stage remeasure report --resume
-    python benchmarks/learning_check.py --device cpu --steps 3 --seeds 0  # the CPU miniature, all stages
+    python benchmarks/learning_check.py --device cpu --seeds 0 --steps 6 --generations 4 --samples 8 \
+        --sft-lr 2e-3 --policy-hidden 128 --policy-layers 2   # the CPU miniature, all stages (about 10 min)
 
 Stages (``--stage``, several allowed; each skips what ``--work`` already holds, so a call cut off
 by the device tool's limit is resumed by the same command with ``--resume``):
