@@ -1,43 +1,81 @@
-"""Learning check: does contrastive GRPO against the real evaluator raise reward and speedup?
+"""Learning check: does contrastive GRPO against the real evaluator find faster programs than
+its SFT policy wrote, beyond noise, on every seed, while a control with shuffled rewards does not?
 
-    python benchmarks/learning_check.py --stage prepare   # baselines, tiny policy, SFT (a few minutes on an H100)
-    python benchmarks/learning_check.py --stage grpo      # GRPO, then the table (30 steps)
-    python benchmarks/learning_check.py --device cpu --tasks 3 --steps 20   # all of it on a CPU (6 min)
+    python benchmarks/learning_check.py --stage prepare                # arms measured (resumable)
+    python benchmarks/learning_check.py --stage sft grpo --seeds 0 --resume
+    python benchmarks/learning_check.py --stage control ablation --seeds 0 --resume
+    python benchmarks/learning_check.py --stage remeasure report --resume
+    python benchmarks/learning_check.py --device cpu --seeds 0 --steps 6 --generations 4 --samples 8 \
+        --sft-lr 2e-3 --policy-hidden 128 --policy-layers 2   # the CPU miniature, all stages (about 10 min)
 
-prepare: the built-in proposer's baselines of a few bundled tasks are evaluated (``optimize``
-with no LLM); a tiny random policy (``tiny_policy.py``) is fine-tuned on the verified ones
-(the reference included), each paired with the prompts GRPO will show for its task: the one-shot
-prompt and the contrastive prompts that ``train.grpo.prompt_stream`` builds from the baseline
-database, which are what the policy sees at step 0. Fine-tuning on the one-shot prompt alone
-left the policy writing 1-3 junk tokens under the contrastive prompts (most rewards were parse
-failures; H100, 2026-11). Every variant of a task is paired with the same prompts, so the SFT
-policy draws them about evenly: GRPO's groups then hold different programs with different
-measured speedups, which is the spread the group-relative advantage needs. A probe then samples
-the policy on those prompts and prints how many samples parse as a complete ``ModelNew`` and
-which variants it draws.
+Stages (``--stage``, several allowed; each skips what ``--work`` already holds, so a call cut off
+by the device tool's limit is resumed by the same command with ``--resume``):
 
-grpo: contrastive GRPO from that policy against the evaluator, its database started from the
-baseline run (so the first prompts are already contrastive, and a sample that reproduces a
-baseline reuses its measured result). One generation batch holds one prompt per task, so every
-step samples every task. The table compares the first generation batch (step 0, the SFT policy)
-with the last, and the first three steps with the last three: mean reward, mean verified speedup
-of the samples, success rate; then the reward curve. Everything lands in --work (default
-runs/learning-check).
+- **prepare**: every arm of every task (``learning_arms.py``: stacks of torch.compile modes,
+  channels_last, scoped cuDNN flags and a CUDA graph, written as a base block plus appended
+  wrapper blocks) is evaluated once in ``arms/``; the table of arms and the **best reachable
+  mean speedup** are printed; ``shown.db`` holds the arms SFT shows: every single block and the
+  combinations slower than the task's best single block. The faster combinations are held out.
+- **sft** (per seed): a tiny random policy (``tiny_policy.py``, weights drawn under the seed)
+  whose tokenizer never merges across a block boundary, so a program is a few tokens per block
+  and an unseen stack is a sequence of seen tokens; fine-tuned on (prompt, shown arm) pairs, the
+  prompts being GRPO's first ones. ``ablation-sft`` is the same with the exemplars' speedups
+  hidden from the prompts (``exemplars.show_speedups: false``).
+- **grpo**, **control**, **ablation** (per seed): contrastive GRPO from the SFT policy; the run's
+  database starts as ``shown.db`` and an arm a sample writes is copied in with its stored result
+  (``PremeasuredReward``: no torch.compile builds during training). The control is the same run
+  with each batch's rewards shuffled (``ShuffledReward``); the ablation starts from
+  ``ablation-sft`` and hides the speedups from every prompt.
+- **remeasure**: each policy (SFT, final, control, ablation of every seed) was sampled
+  ``--samples`` times on each task's first prompt, at GRPO's temperature, right after it was
+  trained (``seed-N/samples/*.json``: the models need not outlive their call); every distinct
+  program is evaluated in ``remeasure/``, a run directory no training stage reads or writes, so
+  no number a policy was trained on is reused. A sample that does not verify counts as 0x.
+- **report**: per seed, the mean verified speedup with a 95% interval of the SFT policy, the final
+  policy, the control and the ablation, the paired final-vs-SFT difference
+  (``learning_stats.py`` says which test and why), the best reachable; ``learning-check.json``.
+  Pass: on every seed the final policy's mean >= 1.3x and above the SFT policy's beyond the paired
+  interval, and the control flat (its difference interval holds 0, or within 5% of the SFT score).
+  Exit 0 on a pass, 1 otherwise.
 
-On a CPU (``--device cpu``, the CPU sizes of the tasks) the baselines are slower than eager (no
-CUDA graph, no cuDNN; the wrapper costs time), so the reference is the fastest variant: learning
-shows the same way, as a move of the samples towards the faster programs.
+GPU plan (H100, defaults: 4 tasks, 3 seeds, 30 GRPO steps of 8 samples per task), from the
+repository's numbers: an evaluation holds the GPU 4-60 s, about 200-400 evaluations per
+GPU-hour (README, best-known runs), a torch.compile build 30-60 s of CPU (16 cores, 6 workers
+build in parallel); the tiny policy trains and samples in seconds per step. Each line is one
+call of ``bash scripts/gpu-check.sh train learning-check STAGES... --resume [--seeds N]``, which
+stops the script at 540 s (SIGINT) so the device tool's 10 minutes are not reached; the same
+call again resumes (arms and re-measurements pending are evaluated, GRPO restarts from its last
+checkpoint, every 5 steps):
+
+1. ``prepare``: 48 arms (2 conv tasks x 19, 2 others x 5): 8-15 GPU min, 1-2 calls;
+2. ``sft grpo control --seeds N``, for N = 0, 1, 2: SFT about 1 min (200 steps), each GRPO run
+   2-4 min when the samples write arms (copied in, no build) and a stray program that parses
+   costs one evaluation: 6-9 min, one call per seed (3 calls);
+3. ``ablation --seeds 0 1 2``: an SFT and a GRPO run per seed, 3-5 min each: 2 calls;
+4. ``remeasure report``: every distinct program of the 12 sampled policies, at most the 48 arms
+   plus stray programs, about 50-80 evaluations: 10-20 min, 2 calls.
+
+In all 8-9 calls, about 60-90 GPU minutes. What must survive between calls is small (``arms/``,
+``shown.db``, ``seed-N/samples/``, ``remeasure/``): the script copies it to
+``$OUT/learning-check/``; a fresh machine gets it back by carrying ``runs/learning-check``. A
+seed's ``sft`` must share its call with its ``grpo`` and ``control`` (they start from its
+model). ``--seeds`` and ``--tasks`` scale the whole plan down.
+
+On a CPU (``--device cpu``, CPU task sizes) the CUDA-only blocks do nothing, so the arms are
+torch.compile and channels_last and the tasks are small: torch.compile is usually slower than
+eager there, so the 1.3x bar is not reachable; the miniature shows the pipeline end to end.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
+import asyncio
 import itertools
 import json
 import shutil
 import statistics
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,30 +86,41 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tiny_policy import build_policy  # noqa: E402
+from learning_arms import (  # noqa: E402
+    Arm,
+    PremeasuredReward,
+    ShuffledReward,
+    held_out,
+    measure_arms,
+    read_arms,
+    write_shown,
+)
+from learning_stats import BAR, SeedVerdict, judge_seed  # noqa: E402
+from tiny_policy import build_stacked_policy, sample_policy  # noqa: E402
 
-from cudal1.config import GRPOStageConfig, OptimizeConfig, SFTStageConfig  # noqa: E402
-from cudal1.run.database import CandidateDB  # noqa: E402
-from cudal1.run.directory import DB_FILE  # noqa: E402
-from cudal1.schema import Task  # noqa: E402
-from cudal1.search.optimize import optimize  # noqa: E402
+from cudal1.config import EvalConfig, GRPOStageConfig, PoolConfig, SFTStageConfig  # noqa: E402
+from cudal1.eval.pool_kinds import make_pool  # noqa: E402
+from cudal1.run.database import CandidateDB, Provenance  # noqa: E402
+from cudal1.run.directory import DB_FILE, RunDirectory, start_session  # noqa: E402
+from cudal1.schema import Task, source_hash  # noqa: E402
+from cudal1.search.lifecycle import evaluate_rows  # noqa: E402
 from cudal1.search.parsing import extract  # noqa: E402
-from cudal1.search.prompts import prompt_hash, render_generation_prompt  # noqa: E402
+from cudal1.search.prompts import render_generation_prompt  # noqa: E402
 from cudal1.tasks import bundled_tasks  # noqa: E402
 from cudal1.train.datasets import answer_text, is_verified  # noqa: E402
-from cudal1.train.grpo import STEPS_FILE, prompt_stream, run_grpo  # noqa: E402
-from cudal1.train.models import load_policy  # noqa: E402
-from cudal1.train.pool_reward import sol_ms  # noqa: E402
-from cudal1.train.reward import reward_from_result  # noqa: E402
+from cudal1.train.grpo import prompt_stream, run_grpo  # noqa: E402
 from cudal1.train.sft import run_sft  # noqa: E402
 
-# a log (tee, a file) gets wide tables, not 80 squeezed columns
-console = Console(width=None if sys.stdout.isatty() else 140)
-BASELINES = ("cuda-graph", "cudnn-benchmark")  # torch.compile variants take minutes to build
+console = Console(width=None if sys.stdout.isatty() else 160)
+GPU_TASKS = ("3_softmax", "2_conv_bn_relu", "4_transformer_block", "6_conv_maxpool_sigmoid_sum")
+CPU_TASKS = ("2_conv2d", "3_softmax")
+STAGES = ("prepare", "sft", "grpo", "control", "ablation", "remeasure", "report")
+TRAINED = ("grpo", "control", "ablation")  # policies besides the SFT one, each a GRPO run
+MODEL = "model"
 
 
 def pick_tasks(n: int, size: str) -> list[Task]:
-    """``n`` bundled tasks, alternating levels, so every level is in the check."""
+    """``n`` bundled tasks, alternating levels (the training benchmark's choice)."""
     by_level: dict[int, list[Task]] = {}
     for t in bundled_tasks(size):  # type: ignore[arg-type]
         by_level.setdefault(t.level, []).append(t)
@@ -79,17 +128,29 @@ def pick_tasks(n: int, size: str) -> list[Task]:
     return order[:n]
 
 
-def eval_section(device: str, budget_s: float) -> dict[str, Any]:
-    return {"device": device, "correctness_trials": 3, "timing": {"budget_s": budget_s}}
+def named_tasks(names: Sequence[str], size: str) -> list[Task]:
+    by_name = {t.name: t for t in bundled_tasks(size)}  # type: ignore[arg-type]
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise SystemExit(f"no bundled task(s) {', '.join(missing)} of size {size}")
+    return [by_name[n] for n in names]
 
 
-def pool_section(device: str, workers: int) -> dict[str, Any]:
+def eval_config(device: str, budget_s: float) -> EvalConfig:
+    return EvalConfig.model_validate(
+        {"device": device, "correctness_trials": 3, "timing": {"budget_s": budget_s}}
+    )
+
+
+def pool_config(device: str) -> PoolConfig:
     # Two cores on the CPU machines: more timing workers than cores only adds noise.
-    return {"workers": workers, "spares": 2} if device == "cuda" else {"workers": 2, "spares": 1}
+    return PoolConfig.model_validate(
+        {"workers": 6, "spares": 2} if device == "cuda" else {"workers": 2, "spares": 1}
+    )
 
 
-def grpo_config(args: argparse.Namespace, n_tasks: int) -> GRPOStageConfig:
-    """GRPO's settings; ``prepare`` builds its SFT prompts from the same ones."""
+def grpo_config(args: argparse.Namespace, n_tasks: int, seed: int, *, show_speedups: bool) -> GRPOStageConfig:
+    """GRPO's settings; SFT's prompts and the re-measurement's come from the same ones."""
     return GRPOStageConfig.model_validate(
         {
             "optim": {
@@ -97,60 +158,136 @@ def grpo_config(args: argparse.Namespace, n_tasks: int) -> GRPOStageConfig:
                 "max_steps": args.steps,
                 # one prompt per task per generation batch: every step samples every task
                 "batch_size": args.generations * n_tasks,
-                "save_steps": 1000,
+                "save_steps": 5,  # a call cut off resumes from here
                 # bf16 would load the weights in bf16 (train.models.load_policy), where Adam steps
                 # of about the learning rate are at the weights' rounding step; the model is tiny
                 "precision": "fp32",
+                "seed": seed,
+                "report_to": "none",
             },
             "lora": {"enabled": False},
             "num_generations": args.generations,
-            "sampling": {"max_tokens": 128, "temperature": args.temperature},
+            "sampling": {"max_tokens": args.max_tokens, "temperature": args.temperature},
             "seed_baselines": False,
-            "eval": eval_section(args.device, 1.0),
-            "pool": pool_section(args.device, 6),
+            "seed": seed,
+            "exemplars": {"show_speedups": show_speedups},
+            "reward": {"bar": "eager"},  # the arms' headroom is over eager; torch.compile is an arm
+            # Every program this policy can write is made of the built-in transforms' blocks (its
+            # tokenizer knows no other code), and an arm near the speed-of-light floor is what the
+            # check wants found: with no judge, holding it (the default) would cap the best arm.
+            "audit": {"unaudited": "keep"},
+            "eval": eval_config(args.device, 1.0).model_dump(),
+            "pool": pool_config(args.device).model_dump(),
             "eval_devices": args.eval_devices or (),
             "device": args.device,
         }
     )
 
 
-def sft_rows(baselines: Path, tasks: list[Task], cfg: GRPOStageConfig, cycles: int) -> list[dict[str, Any]]:
-    """Every verified variant of a task (the reference included) as the answer to each prompt
-    GRPO's first ``cycles`` passes over the tasks will show, and to the one-shot prompt."""
-    prompts = {t.name: {prompt_hash(p): p for p in [render_generation_prompt(t)]} for t in tasks}
+def done(path: Path) -> bool:
+    return (path / MODEL / "config.json").is_file()
+
+
+# -- prepare -------------------------------------------------------------------------------------
+
+
+def prepare(work: Path, tasks: list[Task], args: argparse.Namespace) -> None:
+    measure_arms(
+        work / "arms",
+        tasks,
+        eval_config(args.device, 2.0),
+        pool_config(args.device),
+        cuda=args.device == "cuda",
+    )
+    arms = load_arms(work, tasks, args)
+    if not (work / "shown.db").is_file():
+        write_shown(work / "shown.db", arms, tasks)
+
+
+def load_arms(work: Path, tasks: list[Task], args: argparse.Namespace) -> dict[str, list[Arm]]:
+    cfg = grpo_config(args, len(tasks), 0, show_speedups=True)
+    with CandidateDB(work / "arms" / DB_FILE) as db:
+        return read_arms(db, tasks, cfg.reward)
+
+
+def reachable(arms: dict[str, list[Arm]]) -> dict[str, float]:
+    """Best mean verified speedup over the tasks: with every arm, and with the arms SFT shows."""
+    reward = [max((a.reward for a in v), default=0.0) for v in arms.values()]
+    best = [max((a.speedup or 0.0 for a in v), default=0.0) for v in arms.values()]
+    shown = [
+        max((a.speedup or 0.0 for a in v if a.label not in held_out(v)), default=0.0) for v in arms.values()
+    ]
+    return {
+        "best_reachable": statistics.fmean(best),
+        "best_shown": statistics.fmean(shown),
+        "best_reachable_reward": statistics.fmean(reward),
+    }
+
+
+def render_arms(arms: dict[str, list[Arm]]) -> None:
+    table = Table(title="arms: each stack measured once (prepare); held-out ones never reach SFT")
+    for col in ("task", "arm", "verified speedup", "reward", "SFT"):
+        table.add_column(col)
+    for task, task_arms in arms.items():
+        hidden = held_out(task_arms)
+        for a in sorted(task_arms, key=lambda a: -(a.speedup or 0.0)):
+            speed = f"{a.speedup:.3f}x" if a.speedup is not None else "fails"
+            table.add_row(
+                task, a.label, speed, f"{a.reward:.3f}", "held out" if a.label in hidden else "shown"
+            )
+    console.print(table)
+    r = reachable(arms)
+    console.print(
+        f"best reachable mean reward (each task's best arm): {r['best_reachable_reward']:.3f}; "
+        f"mean verified speedup: {r['best_reachable']:.3f}x; "
+        f"best among the arms SFT shows: {r['best_shown']:.3f}x"
+    )
+
+
+# -- sft and GRPO --------------------------------------------------------------------------------
+
+
+def sft_rows(shown: Path, tasks: list[Task], cfg: GRPOStageConfig, cycles: int = 4) -> list[dict[str, Any]]:
+    """Every shown arm of a task as the answer to each prompt GRPO's first ``cycles`` passes
+    over the tasks will show, and to the one-shot prompt: the SFT policy then draws the shown
+    arms about evenly, the spread GRPO's group-relative advantage needs."""
+    prompts = {t.name: [render_generation_prompt(t)] for t in tasks}
     rows: list[dict[str, Any]] = []
-    with CandidateDB(baselines / DB_FILE) as db:
+    with CandidateDB(shown) as db:
         for row in itertools.islice(prompt_stream(db, tasks, cfg), cycles * len(tasks)):
-            prompts[row["task"]][row["prompt_hash"]] = row["prompt"]
+            prompts[row["task"]].append(row["prompt"])
         for t in tasks:
             answers = [answer_text(r) for r in db.evaluated(t.name) if is_verified(r)]
             rows += [
                 {"prompt": p, "completion": [{"role": "assistant", "content": a}]}
-                for p in prompts[t.name].values()
+                for p in prompts[t.name]
                 for a in answers
             ]
     return rows
 
 
-def prepare(work: Path, tasks: list[Task], args: argparse.Namespace) -> None:
-    baselines = work / "baselines"
-    if not (baselines / DB_FILE).is_file():
-        cfg = OptimizeConfig.model_validate(
-            {
-                "rounds": 0,
-                "baseline_labels": list(args.baselines),
-                "eval": eval_section(args.device, 2.0),
-                "pool": pool_section(args.device, 4),
-                "final": {"enabled": False},
-            }
+def stage_sft(work: Path, tasks: list[Task], args: argparse.Namespace, seed: int, *, ablation: bool) -> None:
+    root = work / f"seed-{seed}"
+    out = root / ("ablation-sft" if ablation else "sft")
+    if done(out):
+        if not ablation and not (samples_dir(work, seed) / "sft.json").is_file():
+            save_samples(work, tasks, args, seed, "sft", out)
+        return
+    cfg = grpo_config(args, len(tasks), seed, show_speedups=not ablation)
+    if not (root / "tiny" / "config.json").is_file():
+        build_stacked_policy(
+            root / "tiny",
+            tasks,
+            work / "shown.db",
+            [cfg, grpo_config(args, len(tasks), seed, show_speedups=False)],
+            hidden=args.policy_hidden,
+            layers=args.policy_layers,
+            seed=seed,
         )
-        optimize(tasks, baselines, cfg)
-    build_policy(work / "tiny", tasks, labels=args.baselines)
-    grpo_cfg = grpo_config(args, len(tasks))
-    rows = sft_rows(baselines, tasks, grpo_cfg, cycles=4)
-    shutil.rmtree(work / "sft-data", ignore_errors=True)
-    Dataset.from_list(rows).save_to_disk(str(work / "sft-data"))
-    console.print(f"SFT rows: {len(rows)} (prompt, verified variant) pairs over {len(tasks)} tasks")
+    data = out.with_name(out.name + "-data")
+    shutil.rmtree(data, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
+    Dataset.from_list(sft_rows(work / "shown.db", tasks, cfg)).save_to_disk(str(data))
     sft = SFTStageConfig.model_validate(
         {
             "optim": {
@@ -159,232 +296,241 @@ def prepare(work: Path, tasks: list[Task], args: argparse.Namespace) -> None:
                 "batch_size": 8,
                 "precision": "fp32",
                 "report_to": "none",
+                "seed": seed,
             },
             "lora": {"enabled": False},
             "max_length": 8192,
             "device": args.device,
         }
     )
-    shutil.rmtree(work / "sft", ignore_errors=True)
-    model = run_sft(work / "tiny", work / "sft-data", work / "sft", sft)
-    render_probe(probe(model, baselines, tasks, grpo_cfg, samples=16))
+    run_sft(root / "tiny", data, out, sft)
+    if not ablation:  # the ablation is judged by its GRPO policy; its SFT policy is not re-measured
+        save_samples(work, tasks, args, seed, "sft", out)
 
 
-def probe(
-    model_dir: Path, baselines: Path, tasks: list[Task], cfg: GRPOStageConfig, *, samples: int
-) -> list[dict[str, Any]]:
-    """Sample the policy on each task's first GRPO prompt (GRPO's temperature, and greedy): how
-    many replies parse as a complete ``ModelNew``, and which verified variants they reproduce."""
-    model, tokenizer = load_policy(model_dir, bf16=False)
-    model.to(cfg.device).eval()
-    torch.manual_seed(0)
-    out = []
-    with CandidateDB(baselines / DB_FILE) as db:
-        for task in tasks:
-            known = {r.source: r.label for r in db.evaluated(task.name) if is_verified(r)}
-            prompt = next(prompt_stream(db, [task], cfg))["prompt"]
-            ids = tokenizer.apply_chat_template(
-                prompt, add_generation_prompt=True, return_tensors="pt", return_dict=True
-            ).to(model.device)
-            n = ids["input_ids"].shape[1]
-            common = {"max_new_tokens": cfg.sampling.max_tokens, "pad_token_id": tokenizer.pad_token_id}
-            with torch.no_grad():
-                sampled = model.generate(
-                    **ids,
-                    do_sample=True,
-                    temperature=cfg.sampling.temperature,
-                    top_p=cfg.sampling.top_p,
-                    num_return_sequences=samples,
-                    **common,
-                )
-                greedy = model.generate(**ids, do_sample=False, **common)
-            kinds = [_reply_kind(tokenizer.decode(s[n:], skip_special_tokens=True), known) for s in sampled]
-            out.append(
-                {
-                    "task": task.name,
-                    "prompt_tokens": n,
-                    "kinds": collections.Counter(kinds),
-                    "greedy": _reply_kind(tokenizer.decode(greedy[0][n:], skip_special_tokens=True), known),
-                }
-            )
-    return out
-
-
-def _reply_kind(text: str, known: dict[str, str]) -> str:
-    ex = extract(text)
-    if not ex.ok or ex.code is None:
-        return "parse failure"
-    return known.get(ex.code, "other program")
-
-
-def render_probe(results: list[dict[str, Any]]) -> None:
-    table = Table(title="SFT policy on GRPO's first prompts (sampled at GRPO's temperature, and greedy)")
-    for col in ("task", "prompt tokens", "complete ModelNew", "verified variant", "drawn", "greedy"):
-        table.add_column(col)
-    total = parsed = variants = 0
-    for r in results:
-        kinds: collections.Counter[str] = r["kinds"]
-        n = sum(kinds.values())
-        ok = n - kinds["parse failure"]
-        known = ok - kinds["other program"]
-        total, parsed, variants = total + n, parsed + ok, variants + known
-        drawn = ", ".join(f"{k} {v}" for k, v in kinds.most_common())
-        table.add_row(r["task"], str(r["prompt_tokens"]), f"{ok}/{n}", f"{known}/{n}", drawn, r["greedy"])
-    console.print(table)
-    console.print(
-        f"parse rate {parsed / max(total, 1):.2f}, verified-variant rate {variants / max(total, 1):.2f} "
-        f"over {total} samples"
-    )
-
-
-def grpo(work: Path, tasks: list[Task], args: argparse.Namespace) -> None:
-    out = work / "grpo"
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    shutil.copy(work / "baselines" / DB_FILE, out / DB_FILE)  # the first prompts see measured baselines
-    cfg = grpo_config(args, len(tasks))
-    render_variants(variant_rewards(work / "baselines", tasks, cfg))
-    run_grpo(work / "sft" / "model", tasks, out, cfg, resume=True)  # resume: keep the copied database
-
-
-def variant_rewards(
-    baselines: Path, tasks: list[Task], cfg: GRPOStageConfig
-) -> list[tuple[str, str, float, float]]:
-    """(task, variant, verified speedup, reward) of every verified baseline: what a sample that
-    reproduces it earns (its stored result is reused), so the best mean reward a policy can reach
-    is the mean of each task's best."""
-    out = []
-    with CandidateDB(baselines / DB_FILE) as db:
-        for t in tasks:
-            for r in db.evaluated(t.name):
-                if is_verified(r) and r.result is not None and r.speedup is not None:
-                    reward = reward_from_result(r.result, cfg.reward, sol_ms=sol_ms(r.result))
-                    out.append((t.name, r.label, r.speedup, reward))
-    return out
-
-
-def render_variants(rows: list[tuple[str, str, float, float]]) -> None:
-    table = Table(
-        title="what each verified variant earns (its measured result, reused when a sample repeats it)"
-    )
-    for col in ("task", "variant", "verified speedup", "reward"):
-        table.add_column(col)
-    best: dict[str, float] = {}
-    for task, label, speedup, reward in rows:
-        table.add_row(task, label, f"{speedup:.3f}x", f"{reward:.3f}")
-        best[task] = max(best.get(task, reward), reward)
-    console.print(table)
-    if best:
-        console.print(
-            f"best reachable mean reward (each task's best variant): {statistics.fmean(best.values()):.3f}"
+def stage_grpo(work: Path, tasks: list[Task], args: argparse.Namespace, seed: int, kind: str) -> None:
+    root = work / f"seed-{seed}"
+    out = root / kind
+    start = root / ("ablation-sft" if kind == "ablation" else "sft")
+    if done(out):
+        if not (samples_dir(work, seed) / f"{POLICY_OF[kind]}.json").is_file():
+            save_samples(work, tasks, args, seed, POLICY_OF[kind], out)
+        return
+    if not done(start):
+        raise SystemExit(
+            f"{kind} of seed {seed} needs {start}: run --stage {'ablation' if kind == 'ablation' else 'sft'} first"
         )
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / DB_FILE).is_file():
+        shutil.copy(work / "shown.db", out / DB_FILE)
+    arms = load_arms(work, tasks, args)
+
+    def wrap(reward: Any) -> Any:
+        premeasured = PremeasuredReward(reward, arms, tasks)
+        return ShuffledReward(premeasured, seed) if kind == "control" else premeasured
+
+    cfg = grpo_config(args, len(tasks), seed, show_speedups=kind != "ablation")
+    run_grpo(start / MODEL, tasks, out, cfg, resume=True, wrap_reward=wrap)
+    save_samples(work, tasks, args, seed, POLICY_OF[kind], out)
 
 
-def summarise(work: Path) -> dict[str, Any]:
-    steps = [json.loads(line) for line in (work / "grpo" / STEPS_FILE).read_text().splitlines()]
+# -- remeasure and report ------------------------------------------------------------------------
 
-    def stats(records: list[dict[str, Any]]) -> dict[str, float | None]:
-        rewards = [r for rec in records for r in rec["rewards"]]
-        speedups = [s for rec in records for s in rec["speedups"]]
-        return {
-            "reward": statistics.fmean(rewards),
-            "speedup": statistics.fmean(speedups) if speedups else None,
-            "success": statistics.fmean(rec["success_rate"] for rec in records),
-            "samples": len(rewards),
-        }
 
-    k = min(3, max(len(steps) // 2, 1))
-    return {
-        "first": stats(steps[:1]),
-        "last": stats(steps[-1:]),
-        "first_k": stats(steps[:k]),
-        "last_k": stats(steps[-k:]),
-        "k": k,
-        "curve": [(rec["step"], rec["reward_mean"]) for rec in steps],
+POLICY_OF = {"grpo": "final", "control": "control", "ablation": "ablation"}
+
+
+def samples_dir(work: Path, seed: int) -> Path:
+    return work / f"seed-{seed}" / "samples"
+
+
+def save_samples(
+    work: Path, tasks: list[Task], args: argparse.Namespace, seed: int, name: str, path: Path
+) -> None:
+    """``--samples`` replies of a just-trained policy to each task's first prompt, at GRPO's
+    temperature, kept as JSON: the re-measurement needs these, not the model (which a fresh
+    device machine no longer has)."""
+    cfg = grpo_config(args, len(tasks), seed, show_speedups=name != "ablation")
+    with CandidateDB(work / "shown.db") as db:
+        prompts = {t.name: next(prompt_stream(db, [t], cfg))["prompt"] for t in tasks}
+    texts = sample_policy(path / MODEL, prompts, cfg, samples=args.samples, seed=seed)
+    samples_dir(work, seed).mkdir(parents=True, exist_ok=True)
+    (samples_dir(work, seed) / f"{name}.json").write_text(json.dumps(texts))
+
+
+def sampled(work: Path, seed: int) -> dict[str, dict[str, list[str]]]:
+    """Every sampled policy of a seed: sft, final, control, ablation (those that finished)."""
+    files = sorted(samples_dir(work, seed).glob("*.json")) if samples_dir(work, seed).is_dir() else []
+    return {f.stem: dict(json.loads(f.read_text())) for f in files}
+
+
+def stage_remeasure(work: Path, tasks: list[Task], args: argparse.Namespace) -> None:
+    """Every distinct program the policies' samples (``seed-N/samples/*.json``) write, evaluated
+    once in ``remeasure/``; a cut-off call evaluates what is still pending."""
+    by_name = {t.name: t for t in tasks}
+    run = RunDirectory(work / "remeasure")
+    with run.session() as db:
+        start_session(db, run, tasks, eval_config(args.device, 2.0), note="learning-check remeasure")
+        for seed in args.seeds:
+            for name, by_task in sampled(work, seed).items():
+                for task, texts in by_task.items():
+                    for text in texts:
+                        code = extract(text).code
+                        if code is not None and db.find_by_hash(task, source_hash(code)) is None:
+                            db.add_candidate(
+                                by_name[task], code, Provenance(backend="policy", model=f"seed{seed}-{name}")
+                            )
+        pending = [r for r in db.pending() if r.task in by_name]
+        if pending:
+            console.print(f"re-measuring {len(pending)} program(s) in {run.path}")
+            with make_pool(eval_config(args.device, 2.0), pool_config(args.device)) as pool:
+                asyncio.run(evaluate_rows(db, pool, by_name, pending))
+
+
+def sample_values(db: CandidateDB, texts: dict[str, list[str]]) -> dict[str, list[float]]:
+    """Each sample's verified speedup in the re-measurement, 0 when it does not verify; a program
+    still pending (the evaluator failed on it) is left out."""
+    out: dict[str, list[float]] = {}
+    for task, replies in texts.items():
+        values = []
+        for text in replies:
+            code = extract(text).code
+            row = db.find_by_hash(task, source_hash(code)) if code is not None else None
+            if code is None or (row is not None and row.result is not None):
+                res = row.result if row is not None else None
+                ok = (
+                    res is not None
+                    and res.correct
+                    and not res.rejected
+                    and row is not None
+                    and row.speedup is not None
+                )
+                values.append(
+                    float(row.speedup) if ok and row is not None and row.speedup is not None else 0.0
+                )
+        out[task] = values
+    return out
+
+
+def report(work: Path, tasks: list[Task], args: argparse.Namespace) -> bool:
+    arms = load_arms(work, tasks, args)
+    reach = reachable(arms)
+    verdicts: list[SeedVerdict] = []
+    with CandidateDB(work / "remeasure" / DB_FILE) as db:
+        for seed in args.seeds:
+            values = {name: sample_values(db, texts) for name, texts in sampled(work, seed).items()}
+            if "sft" in values and "final" in values:
+                verdicts.append(judge_seed(seed, values))
+    render_verdicts(verdicts, reach)
+    passed = bool(verdicts) and len(verdicts) == len(args.seeds) and all(v.passed for v in verdicts)
+    summary = {
+        "tasks": [t.name for t in tasks],
+        "bar": BAR,
+        **reach,
+        "seeds": [v.as_dict() for v in verdicts],
+        "passed": passed,
     }
-
-
-def learned(summary: dict[str, Any]) -> bool:
-    """The check passes when the last steps earn more, and verify faster, than the first ones."""
-    first, last = summary["first_k"], summary["last_k"]
-    faster = (
-        first["speedup"] is not None and last["speedup"] is not None and last["speedup"] > first["speedup"]
-    )
-    return bool(last["reward"] > first["reward"] and faster)
-
-
-def render(summary: dict[str, Any]) -> None:
-    table = Table(title="learning check: contrastive GRPO from the SFT policy")
-    for col in ("", "samples", "mean reward", "mean verified speedup", "success rate"):
-        table.add_column(col)
-    k = summary["k"]
-    for name, key in (
-        ("step 0", "first"),
-        ("last step", "last"),
-        (f"first {k} steps", "first_k"),
-        (f"last {k} steps", "last_k"),
-    ):
-        s = summary[key]
-        speedup = f"{s['speedup']:.3f}x" if s["speedup"] is not None else "-"
-        table.add_row(name, str(s["samples"]), f"{s['reward']:.3f}", speedup, f"{s['success']:.2f}")
-    console.print(table)
+    (work / "learning-check.json").write_text(json.dumps(summary, indent=2))
     console.print(
-        "reward curve (step: mean reward): " + ", ".join(f"{s}: {r:.3f}" for s, r in summary["curve"])
+        f"passed (every seed: final >= {BAR}x, above SFT beyond the paired interval, control flat): "
+        + ("yes" if passed else "NO")
     )
+    return passed
+
+
+def render_verdicts(verdicts: list[SeedVerdict], reach: dict[str, float]) -> None:
+    table = Table(title="learning check: mean verified speedup, fresh re-measurement, 95% intervals")
+    for col in (
+        "seed",
+        "SFT policy",
+        "final policy",
+        "final - SFT (paired)",
+        "control",
+        "control - SFT",
+        "ablation",
+        "best reachable",
+        "pass",
+    ):
+        table.add_column(col)
+    for v in verdicts:
+
+        def cell(i: Any, unit: str = "x") -> str:
+            return i.text(unit) if i is not None else "-"
+
+        table.add_row(
+            str(v.seed),
+            cell(v.sft),
+            cell(v.final),
+            cell(v.final_vs_sft, ""),
+            cell(v.control),
+            cell(v.control_vs_sft, "") + (" flat" if v.control_flat else " NOT flat"),
+            cell(v.ablation),
+            f"{reach['best_reachable']:.3f}x",
+            "yes" if v.passed else "no",
+        )
+    console.print(table)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--stage", choices=("prepare", "probe", "grpo", "all", "report"), default="all")
+    parser.add_argument("--stage", nargs="+", choices=(*STAGES, "all"), default=["all"])
     parser.add_argument("--work", type=Path, default=Path("runs/learning-check"))
+    parser.add_argument("--resume", action="store_true", help="keep what --work holds and skip what is done")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument(
-        "--device",
-        choices=("auto", "cpu", "cuda"),
-        default="auto",
-        help="where everything runs (and the tasks' size); auto: the GPU when there is one",
+        "--tasks",
+        nargs="+",
+        default=None,
+        help=f"bundled task names (GPU: {' '.join(GPU_TASKS)}; CPU: {' '.join(CPU_TASKS)})",
     )
-    parser.add_argument("--tasks", type=int, default=6, help="bundled tasks in the check")
-    parser.add_argument("--baselines", nargs="+", default=list(BASELINES))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--sft-steps", type=int, default=200)
     parser.add_argument("--sft-lr", type=float, default=1e-3)
     parser.add_argument("--steps", type=int, default=30, help="GRPO steps")
     parser.add_argument("--lr", type=float, default=3e-4, help="GRPO learning rate (full fine-tune)")
     parser.add_argument("--generations", type=int, default=8, help="samples per prompt (one GRPO group)")
-    parser.add_argument("--temperature", type=float, default=1.0, help="GRPO's sampling temperature")
+    parser.add_argument(
+        "--temperature", type=float, default=1.0, help="GRPO's and the re-measurement's sampling temperature"
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, default=64, help="completion tokens (a stack is a few per block)"
+    )
+    parser.add_argument(
+        "--samples", type=int, default=16, help="samples per task and policy in the re-measurement"
+    )
+    parser.add_argument("--policy-hidden", type=int, default=256)
+    parser.add_argument("--policy-layers", type=int, default=4)
     parser.add_argument("--eval-devices", nargs="*", default=None)
     args = parser.parse_args()
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
-    tasks = pick_tasks(args.tasks, "gpu" if args.device == "cuda" else "cpu")
-    console.print(f"tasks: {', '.join(t.name for t in tasks)}")
-    if args.stage in ("prepare", "all"):
-        prepare(args.work, tasks, args)
-    if args.stage == "probe":
-        render_probe(
-            probe(
-                args.work / "sft" / "model",
-                args.work / "baselines",
-                tasks,
-                grpo_config(args, len(tasks)),
-                samples=16,
-            )
-        )
-    if args.stage in ("grpo", "all"):
-        grpo(args.work, tasks, args)
-    if args.stage == "probe" or not (args.work / "grpo" / STEPS_FILE).is_file():
-        return
-    summary = summarise(args.work)
-    summary["learned"] = learned(summary)
-    (args.work / "learning-check.json").write_text(json.dumps(summary, indent=2))
-    render(summary)
-    k = summary["k"]
-    console.print(
-        f"learned (last {k} steps above the first {k} in mean reward and mean verified speedup): "
-        + ("yes" if summary["learned"] else "NO")
+    stages = STAGES if "all" in args.stage else tuple(args.stage)
+    if "prepare" in stages and args.work.is_dir() and any(args.work.iterdir()) and not args.resume:
+        raise SystemExit(f"{args.work} is not empty: pass --resume to continue it, or another --work")
+    tasks = named_tasks(
+        args.tasks or (GPU_TASKS if args.device == "cuda" else CPU_TASKS),
+        "gpu" if args.device == "cuda" else "cpu",
     )
-    sys.exit(0 if summary["learned"] else 1)
+    console.print(
+        f"tasks: {', '.join(t.name for t in tasks)}; seeds: {args.seeds}; stages: {', '.join(stages)}"
+    )
+    if "prepare" in stages:
+        prepare(args.work, tasks, args)
+    render_arms(load_arms(args.work, tasks, args))
+    for seed in args.seeds:
+        if "sft" in stages:
+            stage_sft(args.work, tasks, args, seed, ablation=False)
+        for kind in TRAINED:
+            if kind == "ablation" and kind in stages:
+                stage_sft(args.work, tasks, args, seed, ablation=True)
+            if kind in stages:
+                stage_grpo(args.work, tasks, args, seed, kind)
+    if "remeasure" in stages:
+        stage_remeasure(args.work, tasks, args)
+    if "report" in stages:
+        sys.exit(0 if report(args.work, tasks, args) else 1)
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--work", type=Path, default=Path("runs/training-bench"))
-    parser.add_argument("--model", type=Path, default=Path("runs/learning-check/sft/model"))
+    parser.add_argument("--model", type=Path, default=Path("runs/learning-check/seed-0/sft/model"))
     parser.add_argument("--tasks", type=int, default=6)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--eval-devices", nargs="*", default=None)

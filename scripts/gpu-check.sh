@@ -3,8 +3,11 @@
 # benchmarks, and writes logs under $OUT. Usage: bash scripts/gpu-check.sh [tests|bench|all|optimize|verify|train] [ARGS...]
 # best-known [ARGS]: benchmarks/best_known.py on .data/cuda-l1-h100.jsonl (carry .data, and runs/best-known
 # to resume a run from an earlier machine); the run directory is copied to $OUT/best-known.
-# train [prepare|grpo|bench|stages]: the training checks of issue 11 (each part fits one 9-minute call;
-# prepare before grpo and bench on a warm machine, since they read runs/learning-check).
+# train learning-check STAGE... [ARGS]: benchmarks/learning_check.py --resume (its docstring has the plan of
+# calls: prepare; sft grpo control --seeds N; ablation --seeds ...; remeasure report), stopped at
+# LEARNING_CHECK_S (540 s) with SIGINT so that the call returns; the same call resumes. Its small state
+# (arms, shown.db, samples, re-measurements) is copied to $OUT/learning-check: carry it back as
+# runs/learning-check on a fresh machine. train [bench|stages]: the other training checks of issue 11.
 set -uo pipefail
 OUT=${OUT:-/tmp/cudal1-out}
 mkdir -p "$OUT"
@@ -58,12 +61,23 @@ fi
 if [[ $what == train ]]; then
   part=${1:-prepare}; shift || true
   case $part in
-    prepare|grpo) python3 benchmarks/learning_check.py --stage "$part" "$@" 2>&1 | tee "$OUT/learning-check-$part.log"
-      rc=${PIPESTATUS[0]}; cp runs/learning-check/learning-check.json "$OUT/" 2>/dev/null
-      cp runs/learning-check/grpo/steps.jsonl "$OUT/learning-check-steps.jsonl" 2>/dev/null ;;
+    learning-check)
+      stages=(); while [[ $# -gt 0 && $1 != -* ]]; do stages+=("$1"); shift; done
+      name=$(IFS=-; echo "${stages[*]:-all}")
+      COLUMNS=${COLUMNS:-200} timeout -s INT -k 45 "${LEARNING_CHECK_S:-540}" python3 benchmarks/learning_check.py \
+        --stage "${stages[@]:-all}" --resume "$@" 2>&1 | tee "$OUT/learning-check-$name.log"
+      rc=${PIPESTATUS[0]}
+      w=runs/learning-check; keep="$OUT/learning-check"; mkdir -p "$keep"
+      cp "$w/learning-check.json" "$OUT/" 2>/dev/null
+      for d in arms remeasure; do [[ -d $w/$d ]] && mkdir -p "$keep/$d" && cp "$w/$d"/*.db "$w/$d"/*.log "$keep/$d/" 2>/dev/null; done
+      cp "$w/shown.db" "$keep/" 2>/dev/null
+      for s in "$w"/seed-*; do
+        [[ -d $s/samples ]] && mkdir -p "$keep/${s##*/}" && cp -r "$s/samples" "$keep/${s##*/}/"
+        for k in grpo control ablation; do cp "$s/$k/steps.jsonl" "$keep/${s##*/}/$k-steps.jsonl" 2>/dev/null; done
+      done ;;
     bench) python3 benchmarks/training.py "$@" 2>&1 | tee "$OUT/bench-training.log"; rc=${PIPESTATUS[0]} ;;
     stages) bash scripts/train-stages.sh "$OUT" 2>&1 | tee "$OUT/train-stages.log"; rc=${PIPESTATUS[0]} ;;
-    *) echo "train: unknown part $part (prepare|grpo|bench|stages)" >&2; rc=2 ;;
+    *) echo "train: unknown part $part (learning-check|bench|stages)" >&2; rc=2 ;;
   esac
 fi
 exit $rc

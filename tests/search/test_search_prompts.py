@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from cudal1.config import ExemplarConfig
 from cudal1.schema import SpeedOfLight
 from cudal1.search.parsing import extract
 from cudal1.search.prompts import Exemplar, prompt_hash, render_contrastive_prompt, render_generation_prompt
@@ -129,3 +130,24 @@ def test_contrastive_prompt_shows_each_correct_variants_speed_of_light(gemm_task
     assert "the task is memory-bound" in user
     assert user.count("Speed of light:") == 1  # an incorrect variant's time means nothing
     assert "100% is the limit no kernel can beat" in user
+
+
+def test_hidden_speedups_leave_the_variants_and_drop_every_number(gemm_task):
+    """The contrastive ablation's prompt: the same variants in the same order, no measured numbers."""
+    sol = dict(sol_percent=42.0, bound="memory")
+    exemplars = [
+        Exemplar(SLOW, 0.87, True, [], label="#1", **sol),
+        Exemplar(FAST, 1.83, True, [], label="#2", **sol),
+    ]
+    shown = render_contrastive_prompt(gemm_task, exemplars)[-1]["content"]
+    hidden = render_contrastive_prompt(gemm_task, exemplars, show_speedups=False)[-1]["content"]
+    assert "speedup 1.83x" in shown and "42% of the physical floor" in shown
+    assert "## Variant 1 (#1) — correct\n" in hidden and "## Variant 2 (#2) — correct\n" in hidden
+    for number in ("0.87x", "1.83x", "42%"):
+        assert number not in hidden
+    assert hidden.index(SLOW) < hidden.index(FAST)
+
+
+def test_speedups_are_shown_by_default():
+    assert ExemplarConfig().show_speedups is True
+    assert ExemplarConfig(show_speedups=False).show_speedups is False

@@ -15,7 +15,15 @@ from cudal1.config import EvalConfig, SandboxConfig, TimingConfig
 from cudal1.eval.pool import EvalPool
 from cudal1.schema import EvalRequest, Severity, Task
 from cudal1.search.repair import repairable, repaired_twin
-from cudal1.search.transforms import PAIRS, TRANSFORMS, VARIANTS, apply_transform
+from cudal1.search.transforms import (
+    PAIRS,
+    TRANSFORMS,
+    VARIANTS,
+    apply_transform,
+    stack_base,
+    stacked_program,
+    wrapper_block,
+)
 
 # A kernel as a seed or a model writes one: a future import, comments, a multi-line string (a
 # load_inline source stands here), module-level constants and a helper, the class named in its
@@ -120,6 +128,40 @@ def test_a_program_that_cannot_be_wrapped_is_refused():
         apply_transform(CONV_TASK.source, "channels-last")
     with pytest.raises(ValueError, match="already uses"):
         repaired_twin(repaired_twin(FLAG_SETTER))
+
+
+def test_a_stacked_program_is_its_base_block_then_one_block_per_transform():
+    """Composing is appending: each wrapper block is the same text over any program, so a policy
+    that wrote each block can write a stack of them it never saw."""
+    stack = ("torch-compile-default", "channels-last", "cuda-graph")
+    for source, of in ((CONV_TASK.source, "Model"), (KERNEL, "ModelNew")):
+        program = stacked_program(source, stack, of=of)
+        assert program == stack_base(source, of=of) + "".join(wrapper_block(s) for s in stack)
+        assert classes(program).count("ModelNew") == 4 and program.count("def _map_tensors(") == 1
+    # a pair's label appends its steps, innermost first
+    pair = stacked_program(KERNEL, ["cuda-graph+cudnn-benchmark"], of="ModelNew")
+    assert pair == stacked_program(KERNEL, ["cudnn-benchmark", "cuda-graph"], of="ModelNew")
+    with pytest.raises(ValueError, match="is a pair"):
+        wrapper_block("cuda-graph+cudnn-benchmark")
+    with pytest.raises(ValueError, match="already uses the name _map_tensors"):
+        stack_base(KERNEL + "\n\ndef _map_tensors(x):\n    return x\n", of="ModelNew")
+
+
+@pytest.mark.parametrize(
+    "stack", [(), ("channels-last",), ("channels-last", "cudnn-benchmark", "cuda-graph"), ("cuda-graph",) * 2]
+)
+def test_stacked_programs_match_the_reference_on_cpu(stack):
+    source = stacked_program(CONV_TASK.source, stack)
+    cand, pairs = run_pair(CONV_TASK, source, calls=3)
+    for expected, actual in pairs:
+        assert_same(expected, actual)
+    inner = cand.model if stack else cand
+    if stack:  # the innermost block built the base: the reference's weights, drawn first
+        while hasattr(inner, "model"):
+            inner = inner.model
+    assert isinstance(inner.conv, torch.nn.Conv2d)
+    if "channels-last" in stack:
+        assert inner.conv.weight.is_contiguous(memory_format=torch.channels_last)
 
 
 @pytest.fixture

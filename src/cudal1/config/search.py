@@ -91,6 +91,11 @@ class ExemplarConfig(StrictConfig):
     include_failed: bool = Field(
         False, description="show one failed variant with its error (the paper shows only scored variants)"
     )
+    show_speedups: bool = Field(
+        True,
+        description="show each variant's measured speedup (and speed of light); False hides them, the "
+        "learning check's contrastive ablation: the same variants, no numbers to contrast",
+    )
 
 
 class LLMConfig(StrictConfig):

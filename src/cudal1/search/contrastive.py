@@ -86,7 +86,7 @@ def task_prompt(
     if not any(e.correct for e in exemplars):
         return generation_prompt(task)
     return TaskPrompt(
-        render_contrastive_prompt(task, exemplars),
+        render_contrastive_prompt(task, exemplars, show_speedups=config.show_speedups),
         True,
         tuple(e.candidate_id for e in exemplars if e.candidate_id is not None),
         tuple(e.label for e in exemplars),

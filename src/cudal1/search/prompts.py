@@ -72,16 +72,16 @@ def _fence(code: str, lang: str = "python") -> str:
     return f"{ticks}{lang}\n{code.strip(chr(10))}\n{ticks}"
 
 
-def _exemplar_section(i: int, ex: Exemplar) -> str:
+def _exemplar_section(i: int, ex: Exemplar, show_speedups: bool) -> str:
     name = f"## Variant {i}" + (f" ({ex.label})" if ex.label else "")
     if ex.correct and ex.speedup is not None:
-        verdict = f"speedup {ex.speedup:.2f}x (correct)"
+        verdict = f"speedup {ex.speedup:.2f}x (correct)" if show_speedups else "correct"
     else:
         verdict = "incorrect: " + (
             ex.error.strip().splitlines()[0] if ex.error.strip() else "failed evaluation"
         )
     lines = [f"{name} — {verdict}"]
-    if ex.correct and ex.sol_percent is not None and math.isfinite(ex.sol_percent):
+    if show_speedups and ex.correct and ex.sol_percent is not None and math.isfinite(ex.sol_percent):
         bound = f"; the task is {ex.bound}-bound" if ex.bound else ""
         lines.append(f"Speed of light: {ex.sol_percent:.0f}% of the physical floor{bound}")
     if ex.findings:
@@ -95,11 +95,15 @@ def render_generation_prompt(task: Task) -> list[Message]:
     return _messages("generation.md", task_name=task.name, task_source=task.source.strip("\n"))
 
 
-def render_contrastive_prompt(task: Task, exemplars: list[Exemplar]) -> list[Message]:
-    """The contrastive prompt; exemplars appear in the given order (selection orders them)."""
+def render_contrastive_prompt(
+    task: Task, exemplars: list[Exemplar], *, show_speedups: bool = True
+) -> list[Message]:
+    """The contrastive prompt; exemplars appear in the given order (selection orders them).
+    ``show_speedups=False`` leaves out every measured number (speedup, speed of light): the
+    variants without the contrast between them, for the learning check's ablation."""
     if not exemplars:
         raise ValueError("a contrastive prompt needs at least one exemplar; use render_generation_prompt")
-    body = "\n\n".join(_exemplar_section(i, ex) for i, ex in enumerate(exemplars, 1))
+    body = "\n\n".join(_exemplar_section(i, ex, show_speedups) for i, ex in enumerate(exemplars, 1))
     return _messages(
         "contrastive.md", task_name=task.name, task_source=task.source.strip("\n"), exemplars=body
     )

@@ -15,6 +15,13 @@ A pair (``cuda-graph+cudnn-benchmark``) applies its two transforms one over the 
 first (``PAIRS``); a transform over a transform's output embeds that output like any program,
 so a helper function the inner wrapper already defines is not defined twice.
 
+``stacked_program`` writes a composition another way, for a policy that writes programs token by
+token (the learning check's tiny policy): a base block (the program, its model class renamed,
+and ``class ModelNew`` over it) and then one wrapper block per transform, appended in order. A
+wrapper block is the same text whatever it wraps (``*args, **kwargs`` signatures; its
+``_wrapped`` is whichever ``ModelNew`` the text above it bound), so composing is appending: a
+policy that has written each block can write a stack of them it never saw.
+
 Rules the wrappers keep (the same ones the prompts impose): no global flag changes outside a
 local ``with``; no cached outputs (the CUDA-graph wrapper copies fresh inputs into its static
 buffers on every call and returns a clone of the static output, because the next replay
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass
 from string import Template
 from typing import get_args
@@ -312,4 +320,65 @@ def wrapper_class(doc: str, variant: Variant, embedded: Embedded, build: str = _
         forward_params=embedded.forward[0],
         forward_call=embedded.forward[1],
         run=variant.run,
+    )
+
+
+STACK_HEADER = (
+    "# cudal1 stacked program: the base block, then one wrapper block per transform, innermost first."
+)
+
+_STACK_BASE = Template('''
+class ModelNew($inner):
+    """The program so far: the base program itself."""
+''')
+
+_STACK_BLOCK = Template('''
+
+# --- wrapper: $label ---
+class ModelNew(nn.Module):
+    """$doc"""
+
+    _wrapped = ModelNew  # the ModelNew of the text above this block
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        self.model = self._wrapped(*args, **kwargs)$init_extra
+
+    def forward(self, *args, **kwargs):
+        return self._run(*args, **kwargs)
+$run''')
+
+
+def stacked_program(source: str, labels: Sequence[Transform], *, of: ModelClass = "Model") -> str:
+    """``source`` (a task's program with ``of="Model"``, else a candidate) as a base block with
+    one wrapper block per single transform of ``labels`` appended, innermost first. Raises
+    ValueError when the program cannot be embedded (no such class, a helper's name taken)."""
+    return stack_base(source, of=of) + "".join(wrapper_block(s) for label in labels for s in steps(label))
+
+
+def stack_base(source: str, *, of: ModelClass = "Model") -> str:
+    """The base block: the program with its class renamed, every wrapper's helpers, and a
+    ``ModelNew`` that is the program itself (the reference, for a task)."""
+    embedded = embed(source, of, REFERENCE_CLASS if of == "Model" else BASE_CLASS)
+    helpers = [
+        textwrap.dedent(body).strip() for name, body in HELPERS.items() if not embedded.defines(name, body)
+    ]
+    what = "the task's reference program" if of == "Model" else "the base program"
+    sections = [
+        STACK_HEADER + (f"\n{embedded.future}" if embedded.future else ""),
+        f"# --- {what} (its model class renamed to {embedded.inner}) ---\n{embedded.body}",
+        "# --- the base block ---\nimport torch\nimport torch.nn as nn",
+        *helpers,
+        _STACK_BASE.substitute(inner=embedded.inner).strip(),
+    ]
+    return "\n\n".join(sections) + "\n"
+
+
+def wrapper_block(label: Transform) -> str:
+    """One single transform's block: the same text over any program."""
+    if label in PAIRS:
+        raise ValueError(f"{label} is a pair: append its steps, {' then '.join(PAIRS[label])}")
+    variant = VARIANTS[label]
+    return _STACK_BLOCK.substitute(
+        label=label, doc=variant.doc, init_extra=variant.init_extra, run=variant.run.rstrip("\n") + "\n"
     )

@@ -228,11 +228,14 @@ def run_grpo(
     judge: Any = None,
     seeds: SeedSet | None = None,
     progress: ProgressCallback | None = None,
+    wrap_reward: Callable[[PoolReward], Any] | None = None,
 ) -> Path:
     """Train ``model_path`` with contrastive GRPO on ``tasks``; returns ``out/model``.
 
     ``judge`` overrides ``config.audit.judge`` (tests inject a ``ScriptedJudge``); ``seeds`` are
-    ``config.seed_files`` already loaded; ``progress`` gets a ``TrainStep`` event per logged step.
+    ``config.seed_files`` already loaded; ``progress`` gets a ``TrainStep`` event per logged step;
+    ``wrap_reward`` turns the pool's reward into the async callable TRL is given (the learning
+    check's shuffled-reward control, and its table of pre-measured programs).
     Under a multi-process launch (``accelerate launch``, ``torchrun``) every process runs this;
     what they share and who does what is ``train.ranks``'s.
     """
@@ -297,7 +300,8 @@ def run_grpo(
         model, tokenizer = load_policy(model_path, bf16=bool(args.bf16), train_adapter=config.lora.enabled)
         trainer = GRPOTrainer(
             model=model,
-            reward_funcs=[cast(Any, reward)],  # an async callable class, which TRL awaits
+            # an async callable class, which TRL awaits
+            reward_funcs=[cast(Any, wrap_reward(reward) if wrap_reward else reward)],
             args=args,
             train_dataset=live_prompts(db, tasks, config),
             processing_class=tokenizer,

@@ -35,9 +35,11 @@ def build_tiny_model(
     heads: int = 4,
     ffn_factor: int = 2,
     max_positions: int = 8192,
+    seed: int = 0,
 ) -> Path:
     """Train the tokenizer on ``corpus``, build a random Mistral-architecture decoder (``heads``
-    query heads over half as many key/value heads), save both in ``out``."""
+    query heads over half as many key/value heads, its weights drawn under ``seed``), save both
+    in ``out``."""
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
@@ -62,7 +64,7 @@ def build_tiny_model(
         bos_token_id=None,
         tie_word_embeddings=True,
     )
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     MistralForCausalLM(config).save_pretrained(out)
     fast.save_pretrained(out)
     return out

@@ -1,0 +1,181 @@
+"""The learning check's pieces that need no training: its arms and their held-out rule, the
+tokenizer's cut at block boundaries, the control's shuffled rewards, the pre-measured arms'
+reward wrapper, the paired test and the pass rule."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+from pathlib import Path
+
+import pytest
+from candidate_fixtures import GEMM_TASK, make_result
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from learning_arms import (  # noqa: E402
+    REFERENCE_ARM,
+    Arm,
+    PremeasuredReward,
+    ShuffledReward,
+    arm_label,
+    arm_source,
+    arm_stacks,
+    held_out,
+    shuffle_rewards,
+)
+from learning_stats import Interval, is_flat, judge_seed, mean_interval, paired_difference  # noqa: E402
+from tiny_policy import split_blocks  # noqa: E402
+
+from cudal1.run.database import CandidateDB  # noqa: E402
+from cudal1.schema import source_hash  # noqa: E402
+from cudal1.search.parsing import extract  # noqa: E402
+from cudal1.search.transforms import stacked_program  # noqa: E402
+from cudal1.tasks import bundled_tasks  # noqa: E402
+from cudal1.train.datasets import format_answer  # noqa: E402
+
+TASKS = {t.name: t for t in bundled_tasks("cpu")}
+
+
+def test_arms_are_stacks_in_one_order_and_conv_blocks_only_for_convolutions():
+    conv, softmax = TASKS["2_conv2d"], TASKS["3_softmax"]
+    gpu = [arm_label(s) for s in arm_stacks(conv, cuda=True)]
+    assert len(gpu) == len(set(gpu)) == 19 and REFERENCE_ARM in gpu
+    assert "torch-compile-default+channels-last+cuda-graph" in gpu  # depth 3 at most
+    assert not any("reduce-overhead" in a and "cuda-graph" in a for a in gpu)
+    assert [arm_label(s) for s in arm_stacks(softmax, cuda=True)] == [
+        REFERENCE_ARM,
+        "cuda-graph",
+        "torch-compile-default",
+        "torch-compile-default+cuda-graph",
+        "torch-compile-reduce-overhead",
+    ]
+    cpu = [arm_label(s) for s in arm_stacks(conv, cuda=False)]
+    assert cpu == [
+        REFERENCE_ARM,
+        "channels-last",
+        "torch-compile-default",
+        "torch-compile-default+channels-last",
+    ]
+
+
+def test_an_arm_is_found_again_from_a_reply_that_writes_it():
+    stack = ("torch-compile-default", "channels-last")
+    source = arm_source(TASKS["2_conv2d"], stack)
+    reply = format_answer(stacked_program(TASKS["2_conv2d"].source, stack))
+    assert extract(reply).code == source
+
+
+def arm(label: str, speedup: float | None, task: str = "t") -> Arm:
+    return Arm(task, label, f"# {label}", None, speedup, 0.0)
+
+
+def test_the_combinations_faster_than_every_single_block_are_held_out():
+    arms = [
+        arm(REFERENCE_ARM, 1.0),
+        arm("torch-compile-default", 1.5),
+        arm("cuda-graph", 0.9),
+        arm("torch-compile-default+cuda-graph", 1.7),
+        arm("torch-compile-default+channels-last", 1.5),  # ties the best single: held out too
+        arm("channels-last+cuda-graph", 1.2),  # slower than compile alone: shown
+        arm("channels-last+cudnn-benchmark+cuda-graph", None),  # failed: shown, earns its failure
+    ]
+    assert held_out(arms) == {"torch-compile-default+cuda-graph", "torch-compile-default+channels-last"}
+    assert held_out(arms[:3]) == set()
+
+
+def test_the_tokenizer_corpus_is_cut_before_every_wrapper_block():
+    program = stacked_program(TASKS["2_conv2d"].source, ["torch-compile-default", "channels-last"])
+    pieces = split_blocks(format_answer(program))
+    assert "".join(pieces) == format_answer(program) and len(pieces) == 3
+    assert pieces[1].startswith("\n\n# --- wrapper: torch-compile-default ---")
+    assert pieces[2].startswith("\n\n# --- wrapper: channels-last ---")
+
+
+def test_shuffled_rewards_keep_the_batch_values_and_the_missing_verdicts():
+    rewards = [0.1, None, 0.5, -1.0, 0.3, None, 0.0, 0.7]
+    out = shuffle_rewards(rewards, random.Random(0))
+    assert [i for i, r in enumerate(out) if r is None] == [1, 5]
+    assert sorted(r for r in out if r is not None) == sorted(r for r in rewards if r is not None)
+    assert out != rewards
+
+
+class FixedReward:
+    def __init__(self, values, db=None):
+        self.values, self.db, self.calls = values, db, []
+
+    async def __call__(self, prompts, completions, task, **kwargs):
+        self.calls.append((list(completions), list(task), kwargs))
+        return list(self.values)
+
+
+def test_the_control_wrapper_shuffles_what_the_reward_returns_and_passes_everything_through():
+    inner = FixedReward([float(i) for i in range(16)])
+    control = ShuffledReward(inner, seed=3)
+    out = asyncio.run(control(["p"] * 16, ["c"] * 16, task=["t"] * 16, trainer_state=None))
+    assert sorted(out) == [float(i) for i in range(16)] and out != inner.values
+    assert inner.calls[0][2] == {"trainer_state": None} and control.__name__ == "speedup"
+
+
+def test_a_sample_that_writes_an_arm_gets_its_stored_result(tmp_path):
+    source = "class ModelNew:\n    ARM = 1\n"
+    result = make_result(GEMM_TASK.name, source, 1.6)
+    stored = Arm(GEMM_TASK.name, "torch-compile-default", source, result, 1.6, 0.47)
+    with CandidateDB(tmp_path / "c.db") as db:
+        inner = FixedReward([0.47, -1.0], db)
+        wrapped = PremeasuredReward(inner, {GEMM_TASK.name: [stored]}, [GEMM_TASK])
+        replies = [format_answer(source), "no code here"]
+        asyncio.run(wrapped(["p", "p"], replies, [GEMM_TASK.name] * 2))
+        asyncio.run(wrapped(["p", "p"], replies, [GEMM_TASK.name] * 2))  # the second time it is there
+        row = db.find_by_hash(GEMM_TASK.name, source_hash(source))
+        assert row is not None and row.speedup == pytest.approx(1.6) and row.label == "torch-compile-default"
+        assert len(db.evaluated(GEMM_TASK.name)) == 1 and len(inner.calls) == 2
+
+
+def test_the_paired_interval_sees_a_shift_the_spread_between_tasks_would_hide():
+    rng = random.Random(0)
+    # tasks far apart (1x and 2x), the final policy 0.1x faster on each, little noise within a task
+    sft = {
+        "a": [1.0 + rng.gauss(0, 0.02) for _ in range(16)],
+        "b": [2.0 + rng.gauss(0, 0.02) for _ in range(16)],
+    }
+    final = {t: [v + 0.1 for v in vs] for t, vs in sft.items()}
+    diff = paired_difference(final, sft)
+    assert diff.mean == pytest.approx(0.1) and diff.low > 0.05
+    same = paired_difference(sft, sft)
+    assert same.contains(0.0)
+    whole = mean_interval(sft)
+    assert whole.low < 1.5 < whole.high
+
+
+def policy(
+    values: dict[str, float], n: int = 12, noise: float = 0.02, seed: int = 0
+) -> dict[str, list[float]]:
+    rng = random.Random(seed)
+    return {t: [max(0.0, v + rng.gauss(0, noise)) for _ in range(n)] for t, v in values.items()}
+
+
+def test_the_pass_rule():
+    sft = policy({"a": 1.0, "b": 1.2}, seed=1)
+    good = policy({"a": 1.4, "b": 1.6}, seed=2)
+    flat = policy({"a": 1.0, "b": 1.2}, seed=3)
+    v = judge_seed(0, {"sft": sft, "final": good, "control": flat, "ablation": flat})
+    assert v.reaches_bar and v.above_sft and v.control_flat and v.passed
+    # a control that learned as much as the final policy: not flat, no pass
+    assert not judge_seed(0, {"sft": sft, "final": good, "control": good}).passed
+    # no control run: no pass
+    assert not judge_seed(0, {"sft": sft, "final": good}).passed
+    # above SFT but under the bar
+    low = policy({"a": 1.1, "b": 1.3}, seed=4)
+    v = judge_seed(0, {"sft": sft, "final": low, "control": flat})
+    assert v.above_sft and not v.reaches_bar and not v.passed
+    # at the bar but not beyond SFT's interval
+    high_sft = policy({"a": 1.4, "b": 1.6}, noise=0.3, seed=5)
+    assert not judge_seed(0, {"sft": high_sft, "final": good, "control": flat}).above_sft
+
+
+def test_flat_means_no_shown_difference_or_within_five_percent():
+    assert is_flat(Interval(0.02, -0.01, 0.05), 1.0)
+    assert is_flat(Interval(0.04, 0.03, 0.05), 1.0)
+    assert not is_flat(Interval(0.2, 0.1, 0.3), 1.0)
