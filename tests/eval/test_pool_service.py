@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from cudal1.config import PoolConfig
+from cudal1.config import EvalConfig, PoolConfig, SandboxConfig, TimingConfig
 from cudal1.eval.pool import PoolStopped
 from cudal1.eval.pool_service import PoolService, PoolServiceError, RemotePool, ServiceAddress
 from cudal1.schema import EvalRequest
@@ -24,9 +24,27 @@ def _submit_from_another_process(address: ServiceAddress, request: EvalRequest, 
     out.put((result.correct, result.rejected))
 
 
+@pytest.fixture(scope="module")
+def shared_config(tmp_path_factory):
+    return EvalConfig(
+        device="cpu",
+        correctness_trials=3,
+        build_cache=tmp_path_factory.mktemp("builds"),
+        timing=TimingConfig(warmup_ms=2, min_samples=5, max_samples=8, budget_s=1, bootstrap_resamples=200),
+        sandbox=SandboxConfig(call_timeout_s=8, import_timeout_s=60),
+    )
+
+
+@pytest.fixture(scope="module")
+def service(shared_config):
+    """One service for the tests that leave it running (a service takes seconds to start)."""
+    with PoolService.start(shared_config, PoolConfig(workers=2, spares=0, devices=("cpu",))) as svc:
+        yield svc
+
+
 @pytest.fixture
-def service(fast_config):
-    with PoolService.start(fast_config, PoolConfig(workers=2, spares=0, devices=("cpu",))) as svc:
+def own_service(shared_config):
+    with PoolService.start(shared_config, PoolConfig(workers=1, spares=0, devices=("cpu",))) as svc:
         yield svc
 
 
@@ -63,8 +81,8 @@ def test_a_client_with_the_wrong_key_is_turned_away(service):
     assert "key" not in repr(service.address).lower().replace("serviceaddress", "")
 
 
-def test_a_stop_lets_what_runs_finish_then_refuses_more(fast_config, task, candidate):
-    svc = PoolService.start(fast_config, PoolConfig(workers=1, spares=0, devices=("cpu",)))
+def test_a_stop_lets_what_runs_finish_then_refuses_more(shared_config, task, candidate):
+    svc = PoolService.start(shared_config, PoolConfig(workers=1, spares=0, devices=("cpu",)))
     pool = RemotePool(svc.address)
     future = pool.submit(EvalRequest(task, candidate(HONEST)))
     svc.stop()
@@ -75,11 +93,11 @@ def test_a_stop_lets_what_runs_finish_then_refuses_more(fast_config, task, candi
     pool.close()
 
 
-def test_a_service_that_dies_fails_what_waits_as_stopped(service, task, candidate):
+def test_a_service_that_dies_fails_what_waits_as_stopped(own_service, task, candidate):
     slow = candidate(HONEST, imports="import time", init_extra="        time.sleep(60)\n")
-    with RemotePool(service.address) as pool:
+    with RemotePool(own_service.address) as pool:
         future = pool.submit(EvalRequest(task, slow))
-        service._process.kill()
+        own_service._process.kill()
         with pytest.raises(PoolStopped, match="went away"):
             future.result(timeout=30)
 

@@ -437,6 +437,27 @@ def test_a_forged_speedup_beyond_the_trusted_interval_counts_the_trusted_one_on_
     assert abs(timing.speedup - 1.0) < 0.05
 
 
+def test_a_forgery_under_host_noise_that_hides_every_sample_is_caught_by_the_interval():
+    """A loaded runner's host noise (up to 2 ms a call here, against 0.1 ms calls) leaves no
+    sample clear of it, so the per-sample view says nothing; with 8 samples the trusted
+    interval still shows that a 40x claim is beyond it (precompute_when_inputs_made read 40.8x
+    against a trusted 1.04x and was paid)."""
+    clock, rng = FakeClock(), random.Random(7)
+    out = _measure(
+        FakeEndpoint(clock, 0.1),
+        FakeEndpoint(clock, 0.1, reported_factor=1 / 40),
+        _cfg(min_samples=8, max_samples=8),
+    )
+    assert len(out.ref_ms) == 8
+    for i in range(8):
+        out.ref_wall_ms[i] += rng.uniform(0.0, 2.0)
+        out.cand_wall_ms[i] += rng.uniform(0.0, 2.0)
+    out.wall_estimate = stats.bootstrap_median(stats.paired_ratios(out.ref_wall_ms, out.cand_wall_ms), 300)
+    timing, findings = _timing_verdict(out, "cpu", 0.10)
+    assert [f.code for f in findings] == ["clock_disagreement"]
+    assert timing.speedup < 2.0
+
+
 def test_an_honest_fast_candidate_behind_a_fixed_overhead_is_not_flagged_on_cpu():
     """Each sample costs both sides an overhead the worker clocks do not see (the pipe, the
     flush): it dilutes the trusted clock's ratio for a fast candidate (10x reads ~7x on the raw

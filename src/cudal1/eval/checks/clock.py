@@ -24,6 +24,9 @@ from cudal1.eval.timing.paired import PairedOutcome
 from cudal1.schema import CLOCK_WORDS, Finding, Severity, Stage, Timing, TimingClock
 
 CLOCK_MIN_SAMPLES = 10
+# Samples the trusted clock's bootstrap interval needs before it may decide (with 5 or 6, one
+# late reading of the trusted clock widened it past a 4x forgery: at 8 it stayed within 1%).
+INTERVAL_MIN_SAMPLES = 8
 NET_WALL_RESAMPLES = 500
 
 
@@ -235,7 +238,17 @@ def _compare_clocks(
     # trusted clock is noisy; its speedup cannot run ahead of the trusted clock's in most samples.
     on_cpu = not device.startswith("cuda")
     quotient = _clock_quotient(probe, ref_gap, noise) if on_cpu else None
-    beyond_wall = quotient is not None and quotient > 1 + disagreement
+    net_wall = _net_wall_estimate(probe, ref_gap) if on_cpu else None
+    # Two views, either decides: per sample where samples stand clear of the host's noise (one
+    # late trusted reading moves one quotient), and the trusted interval where there are enough
+    # samples for it (a loaded runner's noise hid every sample of a 40x forgery from the first:
+    # audit/cases/precompute_when_inputs_made.py, events 40.8x against a trusted 1.04x, 8
+    # samples; with 5-6 samples one hiccup widened the interval past a 4x forgery).
+    beyond_wall = (quotient is not None and quotient > 1 + disagreement) or (
+        net_wall is not None
+        and len(probe.ref_ms) >= INTERVAL_MIN_SAMPLES
+        and events.median > net_wall.ci_high * (1 + disagreement)
+    )
     if excess <= threshold and not beyond_wall:
         return None
     return {
@@ -245,7 +258,8 @@ def _compare_clocks(
         "cand_gap_ms": cand_gap,
         "cand_worker_ms": cand_ms,
         "clock_quotient": quotient,
-        "net_wall_speedup": _net_wall_estimate(probe, ref_gap).median if on_cpu else None,
+        "net_wall_speedup": net_wall.median if net_wall is not None else None,
+        "net_wall_ci_high": net_wall.ci_high if net_wall is not None else None,
     }
 
 
@@ -264,9 +278,11 @@ def _disagreement_finding(
             f"more than the reference's (allowed {evidence['threshold_ms']:.4g} ms)"
         )
     else:
+        quotient = evidence["clock_quotient"]
+        ahead = f"in most samples it runs {quotient:.3f}x ahead of it; " if quotient is not None else ""
         why = (
-            f"in most samples its own speedup runs {evidence['clock_quotient']:.3f}x ahead of the "
-            f"trusted clock's less the reference's overhead ({evidence['net_wall_speedup']:.3f}x)"
+            f"its own speedup is beyond the trusted clock's less the reference's overhead "
+            f"({ahead}{evidence['net_wall_speedup']:.3f}x, upper end {evidence['net_wall_ci_high']:.3f}x)"
         )
     counts = (
         f"the {trusted}'s {wall.median:.3f}x counts, not the events' {events.median:.3f}x"
