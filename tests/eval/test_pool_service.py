@@ -3,6 +3,7 @@ processes; a wrong key is turned away, and a service that stops fails what waits
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import multiprocessing
 from concurrent.futures import ThreadPoolExecutor
@@ -81,16 +82,31 @@ def test_a_client_with_the_wrong_key_is_turned_away(service):
     assert "key" not in repr(service.address).lower().replace("serviceaddress", "")
 
 
-def test_a_stop_lets_what_runs_finish_then_refuses_more(shared_config, task, candidate):
+def test_a_stop_ends_every_wait_then_refuses_more(shared_config, task, candidate):
+    """What the service read finishes before it stops (the pool's close); a request still in the
+    socket when it stops ends as stopped. Either way nothing waits for ever."""
     svc = PoolService.start(shared_config, PoolConfig(workers=1, spares=0, devices=("cpu",)))
     pool = RemotePool(svc.address)
     future = pool.submit(EvalRequest(task, candidate(HONEST)))
     svc.stop()
-    assert future.result(timeout=5).correct
+    with contextlib.suppress(PoolStopped):
+        assert future.result(timeout=5).correct
     pool._reader.join(10)  # the service's end reaches the client as an end of file
     with pytest.raises(PoolStopped):
         pool.submit(EvalRequest(task, candidate(HONEST)))
     pool.close()
+
+
+def test_a_malformed_message_ends_only_that_client(service, task, candidate):
+    from multiprocessing.connection import Client
+
+    rogue = Client((service.address.host, service.address.port), authkey=service.address.key)
+    rogue.recv_bytes()  # the hello
+    rogue.send_bytes(b"\x80\x04not json")  # a pickle's opening bytes: never unpickled
+    with pytest.raises(EOFError):
+        rogue.recv_bytes()
+    with RemotePool(service.address) as pool:  # the service serves the others on
+        assert pool.submit(EvalRequest(task, candidate(HONEST))).result(timeout=120).correct
 
 
 def test_a_service_that_dies_fails_what_waits_as_stopped(own_service, task, candidate):

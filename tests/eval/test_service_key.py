@@ -11,7 +11,8 @@ binary, so ``PyBytes_Type`` at the same offset). With the key, the client protoc
 (``multiprocessing.connection``): the first message runs code of the candidate's choosing in the
 service, the process that makes every rank's results.
 
-What would stop it: a service connection that never unpickles (a request as ``wire`` JSON, its
+Stopped (the same day): the service's messages are JSON, so the stolen key admits evaluations
+and nothing more. The rest of what would stop it, for reading the key at all: a service connection that never unpickles (a request as ``wire`` JSON, its
 task and source as strings), so that the key only admits evaluations; and workers that cannot
 read the service's memory (``prctl(PR_SET_DUMPABLE, 0)`` in the service stops a non-root worker
 of the same user; a root worker needs a user or container of its own, which the sandbox's
@@ -157,12 +158,7 @@ def _parent_memory_readable() -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs Linux /proc")
-@pytest.mark.xfail(
-    reason="hole: a candidate reads the service's key from its parent's memory and runs code in "
-    "the service through the pickled client protocol (pool_service.py claims no worker can learn it)",
-    strict=False,
-)
-def test_a_candidate_cannot_take_the_service_key(service, task, tmp_path):
+def test_a_candidate_with_the_service_key_runs_no_code_in_the_service(service, task, tmp_path):
     if not _parent_memory_readable():
         pytest.skip("this kernel does not let a child read its parent's memory: the attack cannot start")
     marker = tmp_path / "ran-in-service"

@@ -11,23 +11,31 @@ one pool times one pair per device at a time, so every process submits to the sa
   local pool and a Ray pool serve the same way. It listens on ``host`` (loopback by default) on
   a free port, with a random key: a client must prove the key before anything is read from it
   (``multiprocessing.connection``'s handshake). The key travels only through the start pipe and
-  the launcher's own collective, never through a file or the environment, so no candidate
-  worker (a child of the service, sandboxed) can learn it.
+  the launcher's own collective, never through a file or the environment.
 - ``RemotePool(address, key)``: ``submit`` sends the request and returns a future that the
   reply resolves; replies come back in the order evaluations finish. A service that goes away
   fails what waits with ``PoolStopped``: the candidates stay pending, as with a stopped local pool.
+- Messages are JSON (``send_bytes``), never pickles: a peer that has the key can submit
+  evaluations, and nothing more. With pickles, a candidate worker that read the key out of the
+  service's memory (its parent's, ``/proc/PPID/mem``, readable where workers run as root with no
+  Yama) ran code in the service, the process whose results every rank rewards (red team
+  2026-11-26, tests/eval/test_service_key.py).
 - The service stops when the process that started it says so (what runs finishes first) or dies
   (its start pipe closes; a local pool then stops at once): no service outlives its run.
 
 What is not covered: clients on other machines (``host`` must then be an address they reach,
-and the network between them trusted: the key authenticates, it does not encrypt); a request
-two processes submit for the same candidate is evaluated twice (callers avoid it).
+and the network between them trusted: the key authenticates, it does not encrypt); a candidate
+that reads the key from the service's memory can submit evaluations of its own (they cost
+device time, they reach no rank); a request two processes submit for the same candidate is
+evaluated twice (callers avoid it).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
+import json
 import logging
 import multiprocessing
 import secrets
@@ -41,7 +49,7 @@ from typing import Any, Self
 from cudal1.config import EvalConfig, PoolConfig
 from cudal1.eval.pool import PoolStopped, StreamingPool
 from cudal1.eval.pool_kinds import make_pool
-from cudal1.schema import EvalRequest, EvalResult
+from cudal1.schema import EvalRequest, EvalResult, Task
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +147,7 @@ class RemotePool(StreamingPool):
         if not self._conn.poll(timeout):
             self._conn.close()
             raise PoolServiceError("the evaluator service did not answer")
-        _, devices, capacity = self._conn.recv()
+        _, devices, capacity = _decode(self._conn.recv_bytes())
         self._devices: tuple[str, ...] = tuple(devices)
         self._capacity = int(capacity)
         self._send_lock = threading.Lock()
@@ -172,7 +180,7 @@ class RemotePool(StreamingPool):
             self._futures[number] = future
         try:
             with self._send_lock:
-                self._conn.send(("submit", number, request))
+                self._conn.send_bytes(_encode(["submit", number, _request_data(request)]))
         except OSError as exc:
             self._fail_all(f"the evaluator service went away: {exc}")
         return future
@@ -192,7 +200,7 @@ class RemotePool(StreamingPool):
     def _read(self) -> None:
         while True:
             try:
-                kind, number, payload = self._conn.recv()
+                kind, number, payload = _decode(self._conn.recv_bytes())
             except (EOFError, OSError):
                 self._fail_all("the evaluator service went away")
                 return
@@ -201,7 +209,7 @@ class RemotePool(StreamingPool):
             if future is None:
                 continue
             if kind == "result":
-                future.set_result(payload)
+                future.set_result(EvalResult.from_dict(payload))
             elif kind == "stopped":
                 future.set_exception(PoolStopped(payload))
             else:
@@ -263,11 +271,16 @@ def _accept(listener: Listener, pool: Any) -> None:
 def _client(conn: Connection, pool: Any) -> None:
     """One client's requests; each reply is sent when its evaluation finishes."""
     lock = threading.Lock()
-    conn.send(("hello", tuple(pool.devices), pool.capacity))
+    conn.send_bytes(_encode(["hello", list(pool.devices), pool.capacity]))
     while True:
         try:
-            _, number, request = conn.recv()
+            _, number, data = _decode(conn.recv_bytes())
+            request = _request_from(data)
         except (EOFError, OSError):
+            return
+        except (ValueError, TypeError, KeyError) as exc:  # not a request: that client is done
+            log.warning("a malformed request ended a client's connection: %s", exc)
+            conn.close()
             return
         try:
             future = pool.submit(request)
@@ -283,7 +296,7 @@ def _settled(conn: Connection, lock: threading.Lock, number: int, future: Future
         return
     exc = future.exception()
     if exc is None:
-        _reply(conn, lock, number, "result", future.result())
+        _reply(conn, lock, number, "result", future.result().to_dict())
     elif isinstance(exc, PoolStopped):
         _reply(conn, lock, number, "stopped", str(exc))
     else:
@@ -292,4 +305,32 @@ def _settled(conn: Connection, lock: threading.Lock, number: int, future: Future
 
 def _reply(conn: Connection, lock: threading.Lock, number: int, kind: str, payload: Any) -> None:
     with lock, contextlib.suppress(OSError):  # a client that left gets nothing
-        conn.send((kind, number, payload))
+        conn.send_bytes(_encode([kind, number, payload]))
+
+
+def _encode(message: list[Any]) -> bytes:
+    return json.dumps(message).encode()
+
+
+def _decode(data: bytes) -> list[Any]:
+    message = json.loads(data)
+    if not isinstance(message, list) or len(message) != 3:
+        raise ValueError("a service message is a list of three")
+    return message
+
+
+def _request_data(request: EvalRequest) -> dict[str, Any]:
+    return {
+        "task": dataclasses.asdict(request.task),
+        "source": request.source,
+        "request_id": request.request_id,
+        "label": request.label,
+    }
+
+
+def _request_from(data: dict[str, Any]) -> EvalRequest:
+    task = data["task"]
+    fields = {f.name for f in dataclasses.fields(Task)}
+    if not isinstance(task, dict) or set(task) - fields:
+        raise ValueError("not a task")
+    return EvalRequest(Task(**task), str(data["source"]), str(data["request_id"]), str(data["label"]))
