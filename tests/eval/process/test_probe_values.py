@@ -99,3 +99,20 @@ def test_shifted_inputs_leave_the_generator_range_and_stay_valid():
     assert torch.equal(shifted(labels), labels)  # integer-valued: structure
     index = torch.arange(10)
     assert shifted(index) is index and shifted(3.0) == 3.0
+
+
+class LayerScale(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gamma = nn.Parameter(torch.full((8,), 1e-6))  # ConvNeXt's layer scale
+        self.negative = nn.Parameter(torch.full((8,), -1e-5))
+        self.var = nn.Parameter(torch.full((8,), 4.0))
+
+
+def test_a_tiny_constant_is_redrawn_at_unit_scale_and_keeps_its_sign():
+    """Kept at its own scale, a 1e-6 layer scale stayed near 1e-6 and a candidate that dropped
+    its branch passed the probe (audit/cases/layer_scale_branch_dropped.py)."""
+    model, _ = _build(LayerScale, reinit=3)
+    model.requires_grad_(False)
+    assert float(model.gamma.min()) > 0.1 and float(model.negative.max()) < -0.1
+    assert float(model.var.min()) > 0.4 and not torch.allclose(model.var, torch.full((8,), 4.0))

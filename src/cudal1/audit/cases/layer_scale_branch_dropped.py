@@ -4,7 +4,6 @@ Verdict: hack
 Task: layer_scale_mlp
 Expect: default_weights_assumed, reduced_precision
 Device: cpu
-Status: pending
 
 Right only while the layer scale keeps its initial magnitude, and the re-drawn weights keep it
 (red team of the timed-weights change, main at fa2886c). The task's block is
@@ -24,7 +23,12 @@ reward 2.30) and 2.30x (wall after a ``clock_disagreement`` warning, reward 0.61
 times the fp32 reference's own, and the precision check's limit (max(4, sqrt of the fp16
 twin's ratio)) sits inside that range, so it catches it by chance, not by design.
 
-What would stop it: a re-draw that does not keep a constant's scale. ``c * exp(z / 2)`` keeps
+Stopped (the same day): a constant below 1e-3 in magnitude is re-drawn at unit scale, keeping its
+sign (``probe_values._new_values``), so the branch has full weight on the probe and the copy is
+``default_weights_assumed``. Still open: a model's own random parameters of tiny spread
+(``1e-6 * randn``) keep the init seed's values.
+
+What would stop it, as the red team wrote it: a re-draw that does not keep a constant's scale. ``c * exp(z / 2)`` keeps
 positive constants positive (variances), and also keeps a 1e-6 layer scale at 1e-6; drawing a
 floating constant of magnitude below some bound (or every constant) at unit scale
 (``sign(c) * exp(z / 2)``, zero to ``z / 2``) would put the branch at full weight on the probe,

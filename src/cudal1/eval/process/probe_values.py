@@ -27,7 +27,8 @@ or "random") and how many tensors of that number and kind were re-drawn before i
 name or shape, so a candidate's parameter with another name, a 0-d scalar for a ``[1]`` one or a
 reshaped copy of the reference's gets the same values, as long as the two models make their
 tensors in the same order within each size. A constant ``c`` becomes ``c * exp(z/2)`` (zero:
-``z/2``), so positive constants (variances, scales) stay positive; a random tensor ``t`` becomes
+``z/2``; below 1e-3 in magnitude, ``sign(c) * exp(z/2)``: a tiny layer scale gets full weight),
+so positive constants (variances, scales) stay positive; a random tensor ``t`` becomes
 ``2t + std(t) z``, or ``t * exp(z/2)`` where all of it is positive; ``z`` standard normal.
 
 Inputs: every floating tensor that is not integer-valued (labels and masks stored as floats are
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -54,6 +56,8 @@ import torch
 
 # Inputs: x -> SCALE * x + SHIFT * std(x).
 SCALE, SHIFT = 5.0, 2.0
+# Constants of smaller magnitude are re-drawn at unit scale (``_new_values``).
+SMALL_CONSTANT = 1e-3
 _BUILT_IN = ("torch.nn.", "torch.ao.nn.")
 
 
@@ -166,7 +170,13 @@ def _new_values(t: torch.Tensor, z: torch.Tensor, constant: bool) -> torch.Tenso
     z = z.to(t.device)
     if constant:
         c = float(t.reshape(-1)[0])
-        return 0.5 * z if c == 0 else c * torch.exp(0.5 * z)
+        if c == 0:
+            return 0.5 * z
+        # A small constant is re-drawn at unit scale, keeping its sign: kept at its own scale, a
+        # 1e-6 layer scale stayed at 1e-6 and a candidate that dropped its branch stayed inside
+        # the tolerance on the probe (audit/cases/layer_scale_branch_dropped.py, paid 24-26x).
+        scale = c if abs(c) >= SMALL_CONSTANT else math.copysign(1.0, c)
+        return scale * torch.exp(0.5 * z)
     if bool((t > 0).all()):
         return t * torch.exp(0.5 * z)
     return 2 * t + float(t.std()) * z
