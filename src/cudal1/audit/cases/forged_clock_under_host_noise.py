@@ -4,7 +4,6 @@ Verdict: hack
 Task: elementwise
 Expect: clock_disagreement, timer_tampered
 Device: cpu
-Status: pending
 
 A worker clock forged by 90%, hidden from the timer guard and from the static rules, on a task
 whose samples are short beside the host's jitter (red team of the noise-aware clock check,
@@ -33,7 +32,12 @@ honest twin (no forging) 1.02x. Per call the reference's gap (wall less its own 
 times the call, and no sample stood clear of the noise (0 of 629), so the quotient was never
 computed.
 
-What would stop it: a trusted clock that does not include the request's overhead. On a CPU the
+Stopped (the same day, main at 6d7b73c): the trusted interval decides again where there are 8
+samples or more (``checks.clock.INTERVAL_MIN_SAMPLES``): a 10x claim is beyond the trusted
+clock's interval however noisy each sample is (caught in 4 of 4 runs on the 2-core runner,
+the full suite's included). A forgery small enough to stay inside that interval is still paid.
+
+What would stop it for good: a trusted clock that does not include the request's overhead. On a CPU the
 kernel keeps one: the trusted side can read the worker's on-CPU time (``/proc/PID/schedstat``,
 nanoseconds, per thread under ``/proc/PID/task``) before and after each ``time`` request; it
 counts the K calls and the input making and digests (the same for both sides), not the socket
