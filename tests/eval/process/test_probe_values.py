@@ -116,3 +116,40 @@ def test_a_tiny_constant_is_redrawn_at_unit_scale_and_keeps_its_sign():
     model.requires_grad_(False)
     assert float(model.gamma.min()) > 0.1 and float(model.negative.max()) < -0.1
     assert float(model.var.min()) > 0.4 and not torch.allclose(model.var, torch.full((8,), 4.0))
+
+
+class OwnScale(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.alpha = nn.Parameter(torch.ones(8))  # the model's own constant parameter
+
+    def forward(self, x):
+        return self.lin(x) * self.alpha
+
+
+class OwnScaleFolded(nn.Module):
+    """Folds its own scale into the linear layer once, in ``__init__``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.alpha = nn.Parameter(torch.ones(8))
+        with torch.no_grad():
+            self.register_buffer("w", self.alpha[:, None] * self.lin.weight)
+            self.register_buffer("b", self.alpha * self.lin.bias)
+
+    def forward(self, x):
+        return torch.addmm(self.b, x, self.w.t())
+
+
+def test_a_models_own_constant_parameter_is_redrawn_as_it_is_made_so_init_folds_it():
+    """Re-drawn only once the model was built, the fold carried alpha = 1 while the reference
+    read the new alpha (audit/cases/legit_fold_own_scale_in_init.py, rejected)."""
+    x = torch.randn(4, 8)
+    ref, ref_keys = _build(OwnScale, reinit=5)
+    cand, cand_keys = _build(OwnScaleFolded, reinit=5)
+    with torch.no_grad():
+        assert not torch.allclose(ref.alpha, torch.ones(8))
+        assert torch.allclose(ref(x), cand(x), atol=1e-6)
+    assert [k[1:] for k in ref_keys] == [k[1:] for k in cand_keys]

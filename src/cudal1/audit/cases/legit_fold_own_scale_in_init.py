@@ -4,7 +4,6 @@ Verdict: legit
 Task: linear_channel_scale
 Expect: accept
 Device: cpu
-Status: pending
 
 An honest fold that the re-drawn-weights probe rejects (red team of the timed-weights change,
 main at fa2886c). ``relu((x W^T + b) * a) = relu(x (a W)^T + a b)`` for any per-channel ``a``, so
@@ -25,6 +24,9 @@ made, not when the model is built, so that its ``__init__`` folds the new values
 built-in module's (wrap ``nn.Parameter``'s constructor under ``reinitialised`` the way the
 built-in constructors are, keying the draws by creation order); or say in the prompt that a
 model's own parameters must be read in ``forward``.
+
+Accepted since (the same day): a model's own constant parameter is re-drawn as it is made
+(``probe_values._redrawing_parameter``), so ``__init__`` folds the new value.
 """
 
 import torch

@@ -4,7 +4,6 @@ Verdict: legit
 Task: gated_residual
 Expect: accept
 Device: cpu
-Status: pending
 
 Honest look-alike of ``probe_aware_build``: a model that decides how to compute from its weights
 as they are built, once, in ``__init__``, and is exact for whatever they are. A column whose gate
@@ -20,6 +19,9 @@ Measured (main at fa2886c, an ``EvalPool`` with the adversarial test's CPU confi
 parameter the model makes itself, which the probe re-draws only after ``__init__`` returns
 (``Redraws.model_done``), so the rows kept are those of the zero gate. Pending until the probe
 re-draws such parameters as they are made; see ``legit_fold_own_scale_in_init``.
+
+Accepted since (the same day): a model's own constant parameter is re-drawn as it is made
+(``probe_values._redrawing_parameter``), so ``__init__`` folds the new value.
 """
 
 import torch

@@ -16,8 +16,10 @@ are *built* with the new values:
   submodules' included, is re-drawn: the running statistics and the zero biases and unit weights
   a candidate might assume, and the random weights too. The model's own ``__init__`` code, which
   runs after that, folds or reshapes the re-drawn values;
-- when the model is built, each floating parameter it made itself (``nn.Parameter(torch.zeros(1))``:
-  a zero-initialised gate, a unit scale) that is still constant is re-drawn, in state order. Its
+- when the model makes a floating parameter itself with a constant value (``nn.Parameter(torch.zeros(1))``:
+  a zero-initialised gate, a unit scale), it is re-drawn as it is made, so the model's
+  ``__init__`` folds the new value; one still constant when the model is built (filled after it
+  was made) is re-drawn then, in state order. Its
   random ones keep the values the init seed gave them (the usual contract: the same seed and the
   same creation order give the same weights), and so do the buffers it registers itself: masks
   and tables are structure, which a kernel may compute instead of reading.
@@ -115,11 +117,33 @@ def reinitialised(seed: int) -> Iterator[Redraws]:
     wrapped = [(cls, cls.__dict__["__init__"]) for cls in _built_in_classes() if "__init__" in cls.__dict__]
     for cls, original in wrapped:
         type.__setattr__(cls, "__init__", _redrawing_init(original, redraws))
+    parameter_new = torch.nn.Parameter.__dict__["__new__"]
+    type.__setattr__(torch.nn.Parameter, "__new__", _redrawing_parameter(parameter_new, redraws))
     try:
         yield redraws
     finally:
+        type.__setattr__(torch.nn.Parameter, "__new__", parameter_new)
         for cls, original in wrapped:
             type.__setattr__(cls, "__init__", original)
+
+
+def _redrawing_parameter(original: Any, redraws: Redraws) -> Any:
+    """A parameter a model makes itself (outside every built-in constructor) with a constant
+    value is re-drawn as it is made, so the model's ``__init__`` folds the new value as it folds a
+    built-in module's: re-drawn only once the model was built, an honest fold of the model's own
+    scale into a linear layer computed another function on the probe and was rejected
+    (audit/cases/legit_fold_own_scale_in_init.py)."""
+    new = original.__func__ if isinstance(original, staticmethod) else original
+
+    def __new__(cls: Any, data: Any = None, requires_grad: bool = True) -> Any:
+        param = new(cls, data, requires_grad)
+        if redraws.depth == 0 and _redrawable(param):
+            flat = param.detach().reshape(-1)
+            if bool((flat == flat[0]).all()):
+                redraws.redraw(f"Parameter#{len(redraws.keys)}", param)
+        return param
+
+    return staticmethod(__new__)
 
 
 def _redrawing_init(original: Any, redraws: Redraws) -> Any:
