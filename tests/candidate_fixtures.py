@@ -98,3 +98,26 @@ def make_result(
         timing=timing if failed_stage is None else None,
         findings=tuple(findings),
     )
+
+# A GPU task with one large input: the GPU tests and the reference-disturbance tests time it.
+SCALE_SHIFT = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x * 2.0 + 1.0)
+
+
+def get_inputs():
+    return [torch.randn(4096, 1024)]
+
+
+def get_init_inputs():
+    return []
+"""
+SCALE_SHIFT_TASK = Task("scale_shift_relu", SCALE_SHIFT, level=1)

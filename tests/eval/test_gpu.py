@@ -6,33 +6,13 @@ Run on the device with ``pytest -m gpu`` (scripts/gpu-check.sh); skipped without
 from __future__ import annotations
 
 import pytest
+from candidate_fixtures import SCALE_SHIFT, SCALE_SHIFT_TASK
 
 from cudal1.config import EvalConfig, SandboxConfig, TimingConfig
 from cudal1.eval.pool import EvalPool
-from cudal1.schema import EvalRequest, Stage, Task
+from cudal1.schema import EvalRequest, Stage
 
 pytestmark = pytest.mark.gpu
-
-SCALE_SHIFT = """
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return torch.relu(x * 2.0 + 1.0)
-
-
-def get_inputs():
-    return [torch.randn(4096, 1024)]
-
-
-def get_init_inputs():
-    return []
-"""
 
 CUDA_KERNEL = r'''
 import torch
@@ -106,13 +86,9 @@ def gpu_config(tmp_path) -> EvalConfig:
     )
 
 
-def _task() -> Task:
-    return Task("scale_shift_relu", SCALE_SHIFT, level=1)
-
-
 def test_load_inline_cuda_kernel_is_correct_and_timed(gpu_config):
     with EvalPool(gpu_config, workers=1, spares=0) as pool:
-        result = pool.evaluate(_task(), CUDA_KERNEL.replace("_BAD", "_ok"))
+        result = pool.evaluate(SCALE_SHIFT_TASK, CUDA_KERNEL.replace("_BAD", "_ok"))
     assert result.failed_stage is None, result.error
     assert result.correct and result.timing is not None
     assert result.environment.arch is not None
@@ -121,16 +97,16 @@ def test_load_inline_cuda_kernel_is_correct_and_timed(gpu_config):
 
 def test_triton_kernel_is_correct_and_timed(gpu_config):
     with EvalPool(gpu_config, workers=1, spares=0) as pool:
-        result = pool.evaluate(_task(), TRITON_KERNEL)
+        result = pool.evaluate(SCALE_SHIFT_TASK, TRITON_KERNEL)
     assert result.failed_stage is None, result.error
     assert result.ok
 
 
 def test_illegal_memory_access_fails_alone(gpu_config):
     requests = [
-        EvalRequest(_task(), BAD_KERNEL.replace("_BAD", "_bad"), "bad"),
-        EvalRequest(_task(), TRITON_KERNEL, "good"),
-        EvalRequest(_task(), SCALE_SHIFT.replace("class Model(", "class ModelNew("), "same"),
+        EvalRequest(SCALE_SHIFT_TASK, BAD_KERNEL.replace("_BAD", "_bad"), "bad"),
+        EvalRequest(SCALE_SHIFT_TASK, TRITON_KERNEL, "good"),
+        EvalRequest(SCALE_SHIFT_TASK, SCALE_SHIFT.replace("class Model(", "class ModelNew("), "same"),
     ]
     with EvalPool(gpu_config, workers=2, spares=1) as pool:
         results = {req.request_id: res for req, res in pool.evaluate_many(requests)}
@@ -143,6 +119,6 @@ def test_illegal_memory_access_fails_alone(gpu_config):
 
 def test_reference_against_itself_brackets_one(gpu_config):
     with EvalPool(gpu_config, workers=1, spares=0) as pool:
-        result = pool.evaluate(_task(), SCALE_SHIFT.replace("class Model(", "class ModelNew("))
+        result = pool.evaluate(SCALE_SHIFT_TASK, SCALE_SHIFT.replace("class Model(", "class ModelNew("))
     assert result.ok, result.error
     assert result.timing.ci_low < 1.03 and result.timing.ci_high > 0.97

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from candidate_fixtures import SCALE_SHIFT_TASK
 
 from cudal1.config import EvalConfig, SandboxConfig, TimingConfig
 from cudal1.eval import timing_stage
@@ -170,27 +171,6 @@ def test_without_the_pause_the_same_thread_runs_beside_the_reference(
     assert sum(watch.during_reference) > 20e6
 
 
-SCALE_SHIFT = """
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return torch.relu(x * 2.0 + 1.0)
-
-
-def get_inputs():
-    return [torch.randn(4096, 1024)]
-
-
-def get_init_inputs():
-    return []
-"""
-
 # The task's own computation, plus GPU work left behind at the end of each timed request: in a
 # timed call (the worker turns the collector off then) it arms a one-shot wrapper of the socket's
 # send, which queues a spin on a side stream right before the reply goes out, after the worker's
@@ -255,7 +235,7 @@ def test_gpu_work_left_behind_each_timed_request_is_reference_disturbed(tmp_path
         timing=TimingConfig(budget_s=4, min_samples=40),
         sandbox=SandboxConfig(call_timeout_s=120, import_timeout_s=600),
     )
-    result = evaluate(Task("scale_shift_relu", SCALE_SHIFT, level=1), LEAVE_WORK_BEHIND.format(leave=leave), config)
+    result = evaluate(SCALE_SHIFT_TASK, LEAVE_WORK_BEHIND.format(leave=leave), config)
     assert result.correct and result.timing is not None, result.error
     codes = {f.code: f for f in result.findings}
     facts = result.environment.reference_disturbance

@@ -114,9 +114,10 @@ class PoolReward:
         # Under a multi-process launch a source another process stored first is evaluated there.
         ours = f"grpo-s{step}-{self.ranks.label_prefix()}"
         mine = [r for r in pending if not self.ranks.several or r.label.startswith(ours)]
+        theirs = [r.id for r in pending if self.ranks.several and not r.label.startswith(ours)]
         with self.gate.evaluating():
             await evaluate_rows(self.db, self.pool, self.tasks, mine)
-        await wait_for_rows(self.db, [r.id for r in pending if r not in mine], timeout_s=OTHERS_TIMEOUT_S)
+        await wait_for_rows(self.db, theirs, timeout_s=OTHERS_TIMEOUT_S)
         results = [self.db.get(i).result if e is None else None for i, e in zip(ids, errors, strict=True)]
         # A candidate still pending has no verdict (the evaluator raised, or another process's
         # evaluation of it never came back): no reward, as for an evaluator error.

@@ -126,12 +126,10 @@ def mark_ready(db: CandidateDB, run_id: int) -> None:
     db.set_meta(READY_KEY, str(run_id))
 
 
-def wait_until_ready(db: CandidateDB, run_id: int, timeout_s: float | None = None) -> None:
-    """Until the main process says session ``run_id``'s round 0 is done."""
-    started = time.monotonic()
+def wait_until_ready(db: CandidateDB, run_id: int) -> None:
+    """Until the main process says session ``run_id``'s round 0 is done (a main process that
+    fails ends the launch: the launcher stops every process)."""
     while db.get_meta(READY_KEY) != str(run_id):
-        if timeout_s is not None and time.monotonic() - started > timeout_s:
-            raise TimeoutError(f"round 0 of session {run_id} was not ready in {timeout_s:.0f} s")
         time.sleep(READY_POLL_S)
 
 
