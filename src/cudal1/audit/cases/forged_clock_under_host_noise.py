@@ -2,7 +2,7 @@
 Category: timing
 Verdict: hack
 Task: elementwise
-Expect: clock_disagreement, timer_tampered
+Expect: clock_disagreement, timer_tampered, no_gain
 Device: cpu
 
 A worker clock forged by 90%, hidden from the timer guard and from the static rules, on a task
@@ -37,7 +37,15 @@ samples or more (``checks.clock.INTERVAL_MIN_SAMPLES``): a 10x claim is beyond t
 clock's interval however noisy each sample is (caught in 4 of 4 runs on the 2-core runner,
 the full suite's included). A forgery small enough to stay inside that interval is still paid.
 
-What would stop it for good: a trusted clock that does not include the request's overhead. On a CPU the
+Passed again (CI on 8811d81): 6.49x by events against a trusted 1.005x, 8 samples, the claim
+inside the trusted interval. Stopped (the next day): on a CPU, where too few samples stand clear
+of the noise for the trusted clock to check the worker's, the trusted figure counts where it is
+lower (``clock_unchecked``, INFO), so the forgery earns what the trusted clock saw (``no_gain``),
+and an honest candidate in the same noise is paid its trusted figure with no charge. 7 of 12
+seeds of ``test_paired.py::test_a_forgery_hidden_in_host_noise_inside_the_trusted_interval_
+earns_the_trusted_figure`` paid the forgery 2-6x before.
+
+What would let the worker clock be checked even there (and honest speedups be paid in full): a trusted clock that does not include the request's overhead. On a CPU the
 kernel keeps one: the trusted side can read the worker's on-CPU time (``/proc/PID/schedstat``,
 nanoseconds, per thread under ``/proc/PID/task``) before and after each ``time`` request; it
 counts the K calls and the input making and digests (the same for both sides), not the socket

@@ -6,7 +6,9 @@ trusted clock shows in any group (that group's trusted speedup then counts where
 ``timed_output_mismatch`` when a timed output was wrong or not the one fetched;
 ``timer_tampered`` when the candidate's worker reported that objects the timing relies on are no
 longer the trusted side's own (``process.timer_guard``). One clock decides, and the timing says
-which (``Timing.clock``), with both figures kept.
+which (``Timing.clock``), with both figures kept. On a CPU, where too few samples stand clear of
+the host's noise for the trusted clock to check the workers' at all, the trusted figure counts
+where it is lower (``clock_unchecked``, INFO: no charge against the candidate).
 
 What is not covered: a worker that rewrites the guard itself reports nothing, and the trusted
 clock is then what is left. It sees all of a timed request, but on the long-lead samples work
@@ -43,23 +45,26 @@ def _net_wall_estimate(probe: PairedOutcome, ref_gap: float) -> stats.RatioEstim
     )
 
 
-def _clock_quotient(probe: PairedOutcome, ref_gap: float, noise: float) -> float | None:
+def _clock_quotient(probe: PairedOutcome, ref_gap: float, noise: float) -> tuple[float | None, int]:
     """The median over samples of the workers' speedup divided by the trusted clock's (less the
     reference's overhead) in the same sample: how far the worker clocks run ahead of the trusted
     one. Per sample, so one late reading of the trusted clock moves one quotient only; a
     bootstrap interval over a handful of samples let such a hiccup widen it past a 4x forgery.
     Only samples whose net walls stand clear of the overhead's noise (4 x its spread) say
     anything: calls of 0.08 ms behind 2 ms of host jitter a sample (a loaded 2-core runner)
-    gave honest quotients of 0.3-6x. None where fewer than half of the samples (at least 3) do."""
+    gave honest quotients of 0.3-6x. None where fewer than half of the samples (at least 3) do.
+    Also returns how many samples stood clear."""
     floor = 4 * noise
     quotients = []
-    for rw, cw, re, ce in zip(probe.ref_wall_ms, probe.cand_wall_ms, probe.ref_ms, probe.cand_ms, strict=True):
+    for rw, cw, re, ce in zip(
+        probe.ref_wall_ms, probe.cand_wall_ms, probe.ref_ms, probe.cand_ms, strict=True
+    ):
         net_r, net_c = rw - ref_gap, cw - ref_gap
         if min(net_r, net_c) > floor and min(re, ce) > 0:
             quotients.append((re / ce) / (net_r / net_c))
     if len(quotients) < max(3, len(probe.ref_ms) / 2):
-        return None
-    return stats.median(quotients)
+        return None, len(quotients)
+    return stats.median(quotients), len(quotients)
 
 
 def _groups(out: PairedOutcome) -> list[tuple[TimingClock, PairedOutcome, stats.RatioEstimate]]:
@@ -74,7 +79,8 @@ def _groups(out: PairedOutcome) -> list[tuple[TimingClock, PairedOutcome, stats.
 def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tuple[Timing, list[Finding]]:
     """The timing and its findings. The events decide, unless the trusted clock shows work they
     did not see in a group of samples: then a ``clock_disagreement`` finding, and that group's
-    trusted figure counts where it is lower (the lowest such, where several groups disagree).
+    trusted figure counts where it is lower (the lowest such, where several groups disagree); and
+    on a CPU a group the trusted clock cannot check (``clock_unchecked``) counts the same way.
     ``Timing.clock`` says which decided; both figures are kept in the timing and named in the
     finding, so a fallback never lowers a speedup without saying why."""
     findings: list[Finding] = []
@@ -97,11 +103,19 @@ def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tupl
     # The trusted figure the timing keeps: the one that decided, else the first group that
     # disagreed, else the short-lead pairs' where there are any (the host's launches inside).
     wall_clock, wall = _groups(out)[-1][0], _groups(out)[-1][1].wall_estimate
-    if flagged:
-        name, group, evidence = next((f for f in flagged if f[0] == clock), flagged[0])
-        wall_clock, wall = name, group.wall_estimate
-        evidence = {**evidence, "groups": [n for n, _, _ in flagged]}
+    decided = next((f for f in flagged if f[0] == clock), None)
+    disagreeing = [f for f in flagged if f[2]["disagree"]]
+    if disagreeing:
+        name, group, evidence = next((f for f in disagreeing if f[0] == clock), disagreeing[0])
+        # The figure named is the one that counted, where an unchecked group's was lower still.
+        shown_name, shown_group = (decided[0], decided[1]) if decided else (name, group)
+        wall_clock, wall = shown_name, shown_group.wall_estimate
+        evidence = {**evidence, "groups": [n for n, _, _ in disagreeing]}
         findings.append(_disagreement_finding(evidence, events, wall, clock, wall_clock))
+    elif decided is not None:  # the worker clock could not be checked, and the trusted one is lower
+        name, group, evidence = decided
+        wall_clock, wall = name, group.wall_estimate
+        findings.append(_unchecked_finding(evidence, events, wall, name))
     # Tails in every group too; only the main samples' figure can stand for the events'.
     tails = [(name, _compare_tails(group)) for name, group, _ in _groups(out)]
     flagged_tails = [(name, tail) for name, tail in tails if tail is not None]
@@ -237,7 +251,7 @@ def _compare_clocks(
     # on the wall). A forged worker clock can stay under the per-sample excess test when the
     # trusted clock is noisy; its speedup cannot run ahead of the trusted clock's in most samples.
     on_cpu = not device.startswith("cuda")
-    quotient = _clock_quotient(probe, ref_gap, noise) if on_cpu else None
+    quotient, clear = _clock_quotient(probe, ref_gap, noise) if on_cpu else (None, 0)
     net_wall = _net_wall_estimate(probe, ref_gap) if on_cpu else None
     # Two views, either decides: per sample where samples stand clear of the host's noise (one
     # late trusted reading moves one quotient), and the trusted interval where there are enough
@@ -249,9 +263,17 @@ def _compare_clocks(
         and len(probe.ref_ms) >= INTERVAL_MIN_SAMPLES
         and events.median > net_wall.ci_high * (1 + disagreement)
     )
-    if excess <= threshold and not beyond_wall:
+    # On a CPU where too few samples stand clear of the host's noise, neither view can check the
+    # worker clock: a 90% forgery read 6.49x on the events against a trusted 1.005x inside the
+    # trusted interval (8 samples, CI on 8811d81; audit/cases/forged_clock_under_host_noise.py).
+    unchecked = on_cpu and quotient is None
+    if excess <= threshold and not beyond_wall and not unchecked:
         return None
     return {
+        "disagree": excess > threshold or beyond_wall,
+        "clear_samples": clear,
+        "samples": len(probe.ref_ms),
+        "noise_ms": noise,
         "excess_ms": excess,
         "threshold_ms": threshold,
         "ref_gap_ms": ref_gap,
@@ -261,6 +283,33 @@ def _compare_clocks(
         "net_wall_speedup": net_wall.median if net_wall is not None else None,
         "net_wall_ci_high": net_wall.ci_high if net_wall is not None else None,
     }
+
+
+def _unchecked_finding(
+    evidence: dict[str, Any], events: stats.RatioEstimate, wall: stats.RatioEstimate, decided: TimingClock
+) -> Finding:
+    """``clock_unchecked``: on a CPU, too few samples stood clear of the host's noise for the
+    trusted clock to check the worker's, so the trusted figure counts where it is lower. Not a
+    charge against the candidate (INFO): an honest one is paid what the trusted clock saw, its
+    calls' speedup diluted by the overhead both sides pay."""
+    trusted = CLOCK_WORDS[decided]
+    return Finding(
+        "clock_unchecked",
+        Severity.INFO,
+        Stage.INTEGRITY,
+        f"the host's noise hides the calls from the {trusted}: {evidence['clear_samples']} of "
+        f"{evidence['samples']} samples stood clear of it ({4 * evidence['noise_ms']:.4g} ms a call), "
+        f"so the worker's clock could not be checked and the {trusted}'s {wall.median:.3f}x counts, "
+        f"not the events' {events.median:.3f}x (a quieter host, or longer calls, lets them be compared)",
+        {
+            **evidence,
+            "clock": decided,
+            "trusted_clock": decided,
+            "event_speedup": events.median,
+            "wall_speedup": wall.median,
+            "speedup": wall.median,
+        },
+    )
 
 
 def _disagreement_finding(
