@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cudal1.eval.process import lead, timed_sample, timer_guard, worker
+from cudal1.eval.process import lead, timed_sample, timer_guard, wire, worker
 from cudal1.eval.process.protocol import Command
 from cudal1.eval.process.wire import decode, encode
 
@@ -123,6 +123,15 @@ def test_a_rebound_timed_sample_global_is_named(server, monkeypatch):
     assert timer_guard.tampered() == ["cudal1.eval.process.timed_sample.sync"]
 
 
+def test_the_digests_a_timed_request_calls_into_are_watched_too(server, monkeypatch):
+    """Red team (digest_overhead_shaved): ``wire.DigestBatch`` was outside the watch, and faster
+    digests put over it shortened the overhead the trusted wall counts. Every module of the
+    worker's package that the server reaches by name is watched now."""
+    assert "cudal1.eval.process.wire.DigestBatch.queue" in timer_guard.watched()
+    monkeypatch.setattr(wire.DigestBatch, "queue", _wrapped(wire.DigestBatch.queue))
+    assert timer_guard.tampered() == ["cudal1.eval.process.wire.DigestBatch.queue"]
+
+
 def test_a_rebound_worker_global_is_named(server, monkeypatch):
     monkeypatch.setattr(worker, "encode", _wrapped(worker.encode))
     assert timer_guard.tampered() == ["cudal1.eval.process.worker.encode"]
@@ -137,7 +146,6 @@ def test_serve_takes_the_snapshot_before_the_first_command():
     assert decode(ours.recv_bytes())["ok"]
     assert "handler time" in timer_guard.watched()
     assert timer_guard.tampered() == []
-
 
 
 def test_an_attribute_set_on_the_workers_own_socket_is_named():

@@ -695,3 +695,28 @@ def test_an_honest_candidate_hidden_in_host_noise_is_paid_the_trusted_figure_wit
     assert timing.event_speedup == pytest.approx(2.0, rel=0.05) and timing.speedup < 1.5
     assert f"{timing.speedup:.3f}x" in finding.message and f"{timing.event_speedup:.3f}x" in finding.message
     assert "quieter host" in finding.message
+
+
+class LateOnPings(FakeEndpoint):
+    """Answers the round-trip pings late (the pings cost it nothing else here) and forges its own
+    time down to a quarter: with its own round trip taken off its walls, they read nothing."""
+
+    def round_trip_ms(self) -> float:
+        self.clock.now += 0.02
+        return 20.0
+
+
+def test_the_candidates_own_round_trip_cannot_take_its_walls_away():
+    """Red team (rtt_inflated_reply_delay): the candidate's round trip was its word; answered
+    late while it was measured, it took every timed wall of the candidate's to 1e-9 ms and the
+    forged clock was paid 4.1-4.7x. Both sides' walls now lose the reference's round trip."""
+    clock = FakeClock()
+    out = _measure(
+        FakeEndpoint(clock, 1.0, noise=0.01, seed=1),
+        LateOnPings(clock, 1.0, reported_factor=0.25, noise=0.01, seed=2),
+        _cfg(),
+    )
+    assert min(out.cand_wall_ms) > 0.9  # its real 1 ms a call, not the 20 ms it claimed to lose
+    timing, findings = _timing_verdict(out, "cpu", 0.10)
+    assert [f.code for f in findings] == ["clock_disagreement"]
+    assert abs(timing.speedup - 1.0) < 0.05

@@ -2,7 +2,7 @@
 
 One sample = for each side, in random order: ``prepare`` (one untimed call on the fixed warm-up
 sets and a device sync, outside the clock), then one ``time`` request, which the evaluator's own
-clock times from send to reply, less the measured round trip. Inside that request the worker
+clock times from send to reply, less the reference's measured round trip (the candidate's own is its word). Inside that request the worker
 makes the sample's fresh timed inputs from the sample's secret seed (new values at new addresses,
 the same sets on both sides, which the input digests in the replies show: an output computed
 earlier, or cached under any key, is wrong for them, and no request outside the clock ever sees
@@ -191,7 +191,7 @@ class _Sides:
     inputs: SampleInputs
     rng: random.Random
     clock: Callable[[], float]
-    rtt: dict[int, float]
+    rtt: float  # the reference's round trip, taken off both sides' walls
     sets: int
     max_bytes: int
     tampered: set[str] = field(default_factory=set)
@@ -213,14 +213,14 @@ def measure_paired(
     run ``3 x budget_s``. ``rng`` draws the order, the checked samples and the fetched calls; the
     input seeds come from ``inputs``, which the candidate sees."""
     rng = rng or random.Random()
-    k, host_ms, sizes = _choose_calls(ref, cand, cfg, clock)
+    k, host_ms, sizes, rtt = _choose_calls(ref, cand, cfg, clock)
     sides = _Sides(
         ref,
         cand,
         inputs,
         rng,
         clock,
-        rtt={id(ref): ref.round_trip_ms(), id(cand): cand.round_trip_ms()},
+        rtt=rtt,
         sets=k,  # one fresh set per call (``_choose_calls`` caps K to the sets)
         max_bytes=max(0, cfg.timing_sets_bytes - k * sizes.out_bytes),
     )
@@ -323,7 +323,7 @@ def _turn(side: Endpoint, request: SampleRequest, sides: _Sides) -> tuple[TimedR
     side.start(request)
     reply = side.finish()
     t1 = sides.clock()
-    return reply, max((t1 - t0) * 1000 - sides.rtt[id(side)], 1e-9), t1 - t0
+    return reply, max((t1 - t0) * 1000 - sides.rtt, 1e-9), t1 - t0
 
 
 # Calls fetched and compared per checked sample, drawn without replacement: with one, a candidate
@@ -375,27 +375,30 @@ def _stop_reason(
 
 def _choose_calls(
     ref: Endpoint, cand: Endpoint, cfg: TimingConfig, clock: Callable[[], float]
-) -> tuple[int, float, Warmup]:
+) -> tuple[int, float, Warmup, float]:
     """Warm both sides by count and by time, then pick K from the reference's per-call estimate
     (the trusted clock over a trusted worker's count: a candidate's warm-up count is its word,
     and one that reported more calls, or ran its warm-up sets from a cache, got K in the
     hundreds, past the fresh sets a sample has: red team 2026-11-26, 7x with no finding). K is
     capped so that every call of a sample gets a fresh set of its own and one set and one
     output per call fit in ``timing_sets_bytes``. Also returns the slower side's per-call
-    estimate (the host time that the lead must cover) and the reference's warm-up, whose sizes
-    plan a sample's memory."""
-    estimates, warm = [], []
+    estimate (the host time that the lead must cover), the reference's warm-up, whose sizes
+    plan a sample's memory, and the reference's round trip, which both sides' walls lose: the
+    candidate's own was its word (answered late only while it was measured, it took every timed
+    wall of the candidate's to nothing, and a forged worker clock was paid 4.1-4.7x: red team,
+    rtt_inflated_reply_delay)."""
+    walls, warm = [], []
     for side in (ref, cand):
         t0 = clock()
-        w = side.warmup(cfg.warmup_calls, cfg.warmup_ms)
-        wall_ms = (clock() - t0) * 1000 - side.round_trip_ms()
-        estimates.append(max(wall_ms, 1e-6) / max(w.calls, 1))
-        warm.append(w)
+        warm.append(side.warmup(cfg.warmup_calls, cfg.warmup_ms))
+        walls.append((clock() - t0) * 1000)
+    rtt = ref.round_trip_ms()
+    estimates = [max(wall - rtt, 1e-6) / max(w.calls, 1) for wall, w in zip(walls, warm, strict=True)]
     k = stats.calls_per_sample(estimates[0], cfg.tiny_call_ms, cfg.sample_target_ms, cfg.max_calls_per_sample)
     # The reference's sizes (a trusted worker's; the candidate's outputs must have the same shapes).
     sizes = warm[0]
     fit = max(1, cfg.timing_sets_bytes // max(sizes.set_bytes + sizes.out_bytes, 1))
-    return min(k, cfg.max_timing_sets, fit), max(estimates), sizes
+    return min(k, cfg.max_timing_sets, fit), max(estimates), sizes, rtt
 
 
 def _should_check(sample: int, cfg: TimingConfig, rng: random.Random) -> bool:
