@@ -100,8 +100,9 @@ from tiny_policy import build_stacked_policy, sample_policy  # noqa: E402
 
 from cudal1.config import EvalConfig, GRPOStageConfig, PoolConfig, SFTStageConfig  # noqa: E402
 from cudal1.eval.pool_kinds import make_pool  # noqa: E402
-from cudal1.run.database import CandidateDB, Provenance  # noqa: E402
+from cudal1.run.database import CandidateDB  # noqa: E402
 from cudal1.run.directory import DB_FILE, RunDirectory, start_session  # noqa: E402
+from cudal1.run.rows import Provenance  # noqa: E402
 from cudal1.schema import Task, source_hash  # noqa: E402
 from cudal1.search.lifecycle import evaluate_rows  # noqa: E402
 from cudal1.search.parsing import extract  # noqa: E402
