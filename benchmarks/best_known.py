@@ -53,9 +53,9 @@ from rich.console import Console
 from rich.table import Table
 
 from cudal1.report.a_vs_a import AvsAEntry, a_vs_a_line, anchor_entry, summarize_a_vs_a
-from cudal1.run.database import CandidateRow
 from cudal1.run.directory import RunDirectory
 from cudal1.run.records import TaskRecord, load_run
+from cudal1.run.rows import CandidateRow
 from cudal1.run.selection import REFERENCE_LABEL, why_not_ok
 from cudal1.schema import Candidate, Task
 from cudal1.tasks.cuda_l1 import load_cuda_l1_records

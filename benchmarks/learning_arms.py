@@ -30,8 +30,9 @@ from typing import Any
 
 from cudal1.config import EvalConfig, PoolConfig, RewardConfig, Transform
 from cudal1.eval.pool_kinds import make_pool
-from cudal1.run.database import CandidateDB, Provenance
+from cudal1.run.database import CandidateDB
 from cudal1.run.directory import RunDirectory, start_session
+from cudal1.run.rows import Provenance
 from cudal1.schema import EvalResult, Task, source_hash
 from cudal1.search.lifecycle import Proposal, evaluate_rows, store_proposals
 from cudal1.search.parsing import extract

@@ -26,14 +26,15 @@ by the device tool's limit is resumed by the same command with ``--resume``):
   (``PremeasuredReward``: no torch.compile builds during training). The control is the same run
   with each batch's rewards shuffled (``ShuffledReward``); the ablation starts from
   ``ablation-sft`` and hides the speedups from every prompt.
-- **remeasure**: each policy (SFT, final, control, ablation of every seed) was sampled
-  ``--samples`` times on each task's first prompt, at GRPO's temperature, right after it was
-  trained (``seed-N/samples/*.json``: the models need not outlive their call); every distinct
-  program is evaluated in ``remeasure/``, a run directory no training stage reads or writes, so
-  no number a policy was trained on is reused. A sample that does not verify counts as 0x.
-- **report**: per seed, the mean verified speedup with a 95% interval of the SFT policy, the final
-  policy, the control and the ablation, the paired final-vs-SFT difference
-  (``learning_stats.py`` says which test and why), the best reachable; ``learning-check.json``.
+- **remeasure** (``learning_remeasure.py``): each policy (SFT, final, control, ablation of every
+  seed) was sampled ``--samples`` times on each task's first prompt, at GRPO's temperature, right
+  after it was trained (``seed-N/samples/*.json``: the models need not outlive their call); every
+  distinct program is evaluated in ``remeasure/``, a run directory no training stage reads or
+  writes, so no number a policy was trained on is reused. A sample that does not verify counts as 0x.
+- **report** (``learning_report.py``): per seed, the mean verified speedup with a 95% interval of
+  the SFT policy, the final policy, the control and the ablation, the paired final-vs-SFT
+  difference (``learning_stats.py`` says which test and why), the best reachable;
+  ``learning-check.json``.
   Pass: on every seed the final policy's mean >= 1.3x and above the SFT policy's beyond the paired
   interval, and the control flat (its difference interval holds 0, or within 5% of the SFT score).
   Exit 0 on a pass, 1 otherwise.
@@ -69,119 +70,44 @@ eager there, so the 1.3x bar is not reachable; the miniature shows the pipeline 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import itertools
-import json
 import shutil
-import statistics
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from datasets import Dataset
-from rich.console import Console
-from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learning_arms import (  # noqa: E402
-    Arm,
-    PremeasuredReward,
-    ShuffledReward,
-    held_out,
-    measure_arms,
-    read_arms,
-    write_shown,
+from learning_arms import PremeasuredReward, ShuffledReward, measure_arms, write_shown  # noqa: E402
+from learning_remeasure import POLICY_OF, samples_dir, save_samples, stage_remeasure  # noqa: E402
+from learning_report import render_arms, report  # noqa: E402
+from learning_settings import (  # noqa: E402
+    CPU_TASKS,
+    GPU_TASKS,
+    MODEL,
+    console,
+    eval_config,
+    grpo_config,
+    load_arms,
+    named_tasks,
+    pool_config,
 )
-from learning_stats import BAR, SeedVerdict, judge_seed  # noqa: E402
-from tiny_policy import build_stacked_policy, sample_policy  # noqa: E402
+from tiny_policy import build_stacked_policy  # noqa: E402
 
-from cudal1.config import EvalConfig, GRPOStageConfig, PoolConfig, SFTStageConfig  # noqa: E402
-from cudal1.eval.pool_kinds import make_pool  # noqa: E402
-from cudal1.run.database import CandidateDB, Provenance  # noqa: E402
-from cudal1.run.directory import DB_FILE, RunDirectory, start_session  # noqa: E402
-from cudal1.schema import Task, source_hash  # noqa: E402
-from cudal1.search.lifecycle import evaluate_rows  # noqa: E402
-from cudal1.search.parsing import extract  # noqa: E402
+from cudal1.config import GRPOStageConfig, SFTStageConfig  # noqa: E402
+from cudal1.run.database import CandidateDB  # noqa: E402
+from cudal1.run.directory import DB_FILE  # noqa: E402
+from cudal1.schema import Task  # noqa: E402
 from cudal1.search.prompts import render_generation_prompt  # noqa: E402
-from cudal1.tasks import bundled_tasks  # noqa: E402
 from cudal1.train.datasets import answer_text, is_verified  # noqa: E402
 from cudal1.train.grpo import prompt_stream, run_grpo  # noqa: E402
 from cudal1.train.sft import run_sft  # noqa: E402
 
-console = Console(width=None if sys.stdout.isatty() else 160)
-GPU_TASKS = ("3_softmax", "2_conv_bn_relu", "4_transformer_block", "6_conv_maxpool_sigmoid_sum")
-CPU_TASKS = ("2_conv2d", "3_softmax")
 STAGES = ("prepare", "sft", "grpo", "control", "ablation", "remeasure", "report")
 TRAINED = ("grpo", "control", "ablation")  # policies besides the SFT one, each a GRPO run
-MODEL = "model"
-
-
-def pick_tasks(n: int, size: str) -> list[Task]:
-    """``n`` bundled tasks, alternating levels (the training benchmark's choice)."""
-    by_level: dict[int, list[Task]] = {}
-    for t in bundled_tasks(size):  # type: ignore[arg-type]
-        by_level.setdefault(t.level, []).append(t)
-    order = [t for group in zip(*by_level.values(), strict=False) for t in group]
-    return order[:n]
-
-
-def named_tasks(names: Sequence[str], size: str) -> list[Task]:
-    by_name = {t.name: t for t in bundled_tasks(size)}  # type: ignore[arg-type]
-    missing = [n for n in names if n not in by_name]
-    if missing:
-        raise SystemExit(f"no bundled task(s) {', '.join(missing)} of size {size}")
-    return [by_name[n] for n in names]
-
-
-def eval_config(device: str, budget_s: float) -> EvalConfig:
-    return EvalConfig.model_validate(
-        {"device": device, "correctness_trials": 3, "timing": {"budget_s": budget_s}}
-    )
-
-
-def pool_config(device: str) -> PoolConfig:
-    # Two cores on the CPU machines: more timing workers than cores only adds noise.
-    return PoolConfig.model_validate(
-        {"workers": 6, "spares": 2} if device == "cuda" else {"workers": 2, "spares": 1}
-    )
-
-
-def grpo_config(args: argparse.Namespace, n_tasks: int, seed: int, *, show_speedups: bool) -> GRPOStageConfig:
-    """GRPO's settings; SFT's prompts and the re-measurement's come from the same ones."""
-    return GRPOStageConfig.model_validate(
-        {
-            "optim": {
-                "learning_rate": args.lr,
-                "max_steps": args.steps,
-                # one prompt per task per generation batch: every step samples every task
-                "batch_size": args.generations * n_tasks,
-                "save_steps": 5,  # a call cut off resumes from here
-                # bf16 would load the weights in bf16 (train.models.load_policy), where Adam steps
-                # of about the learning rate are at the weights' rounding step; the model is tiny
-                "precision": "fp32",
-                "seed": seed,
-                "report_to": "none",
-            },
-            "lora": {"enabled": False},
-            "num_generations": args.generations,
-            "sampling": {"max_tokens": args.max_tokens, "temperature": args.temperature},
-            "seed_baselines": False,
-            "seed": seed,
-            "exemplars": {"show_speedups": show_speedups},
-            "reward": {"bar": "eager"},  # the arms' headroom is over eager; torch.compile is an arm
-            # Every program this policy can write is made of the built-in transforms' blocks (its
-            # tokenizer knows no other code), and an arm near the speed-of-light floor is what the
-            # check wants found: with no judge, holding it (the default) would cap the best arm.
-            "audit": {"unaudited": "keep"},
-            "eval": eval_config(args.device, 1.0).model_dump(),
-            "pool": pool_config(args.device).model_dump(),
-            "eval_devices": args.eval_devices or (),
-            "device": args.device,
-        }
-    )
 
 
 def done(path: Path) -> bool:
@@ -202,46 +128,6 @@ def prepare(work: Path, tasks: list[Task], args: argparse.Namespace) -> None:
     arms = load_arms(work, tasks, args)
     if not (work / "shown.db").is_file():
         write_shown(work / "shown.db", arms, tasks)
-
-
-def load_arms(work: Path, tasks: list[Task], args: argparse.Namespace) -> dict[str, list[Arm]]:
-    cfg = grpo_config(args, len(tasks), 0, show_speedups=True)
-    with CandidateDB(work / "arms" / DB_FILE) as db:
-        return read_arms(db, tasks, cfg.reward)
-
-
-def reachable(arms: dict[str, list[Arm]]) -> dict[str, float]:
-    """Best mean verified speedup over the tasks: with every arm, and with the arms SFT shows."""
-    reward = [max((a.reward for a in v), default=0.0) for v in arms.values()]
-    best = [max((a.speedup or 0.0 for a in v), default=0.0) for v in arms.values()]
-    shown = [
-        max((a.speedup or 0.0 for a in v if a.label not in held_out(v)), default=0.0) for v in arms.values()
-    ]
-    return {
-        "best_reachable": statistics.fmean(best),
-        "best_shown": statistics.fmean(shown),
-        "best_reachable_reward": statistics.fmean(reward),
-    }
-
-
-def render_arms(arms: dict[str, list[Arm]]) -> None:
-    table = Table(title="arms: each stack measured once (prepare); held-out ones never reach SFT")
-    for col in ("task", "arm", "verified speedup", "reward", "SFT"):
-        table.add_column(col)
-    for task, task_arms in arms.items():
-        hidden = held_out(task_arms)
-        for a in sorted(task_arms, key=lambda a: -(a.speedup or 0.0)):
-            speed = f"{a.speedup:.3f}x" if a.speedup is not None else "fails"
-            table.add_row(
-                task, a.label, speed, f"{a.reward:.3f}", "held out" if a.label in hidden else "shown"
-            )
-    console.print(table)
-    r = reachable(arms)
-    console.print(
-        f"best reachable mean reward (each task's best arm): {r['best_reachable_reward']:.3f}; "
-        f"mean verified speedup: {r['best_reachable']:.3f}x; "
-        f"best among the arms SFT shows: {r['best_shown']:.3f}x"
-    )
 
 
 # -- sft and GRPO --------------------------------------------------------------------------------
@@ -332,143 +218,6 @@ def stage_grpo(work: Path, tasks: list[Task], args: argparse.Namespace, seed: in
     cfg = grpo_config(args, len(tasks), seed, show_speedups=kind != "ablation")
     run_grpo(start / MODEL, tasks, out, cfg, resume=True, wrap_reward=wrap)
     save_samples(work, tasks, args, seed, POLICY_OF[kind], out)
-
-
-# -- remeasure and report ------------------------------------------------------------------------
-
-
-POLICY_OF = {"grpo": "final", "control": "control", "ablation": "ablation"}
-
-
-def samples_dir(work: Path, seed: int) -> Path:
-    return work / f"seed-{seed}" / "samples"
-
-
-def save_samples(
-    work: Path, tasks: list[Task], args: argparse.Namespace, seed: int, name: str, path: Path
-) -> None:
-    """``--samples`` replies of a just-trained policy to each task's first prompt, at GRPO's
-    temperature, kept as JSON: the re-measurement needs these, not the model (which a fresh
-    device machine no longer has)."""
-    cfg = grpo_config(args, len(tasks), seed, show_speedups=name != "ablation")
-    with CandidateDB(work / "shown.db") as db:
-        prompts = {t.name: next(prompt_stream(db, [t], cfg))["prompt"] for t in tasks}
-    texts = sample_policy(path / MODEL, prompts, cfg, samples=args.samples, seed=seed)
-    samples_dir(work, seed).mkdir(parents=True, exist_ok=True)
-    (samples_dir(work, seed) / f"{name}.json").write_text(json.dumps(texts))
-
-
-def sampled(work: Path, seed: int) -> dict[str, dict[str, list[str]]]:
-    """Every sampled policy of a seed: sft, final, control, ablation (those that finished)."""
-    files = sorted(samples_dir(work, seed).glob("*.json")) if samples_dir(work, seed).is_dir() else []
-    return {f.stem: dict(json.loads(f.read_text())) for f in files}
-
-
-def stage_remeasure(work: Path, tasks: list[Task], args: argparse.Namespace) -> None:
-    """Every distinct program the policies' samples (``seed-N/samples/*.json``) write, evaluated
-    once in ``remeasure/``; a cut-off call evaluates what is still pending."""
-    by_name = {t.name: t for t in tasks}
-    run = RunDirectory(work / "remeasure")
-    with run.session() as db:
-        start_session(db, run, tasks, eval_config(args.device, 2.0), note="learning-check remeasure")
-        for seed in args.seeds:
-            for name, by_task in sampled(work, seed).items():
-                for task, texts in by_task.items():
-                    for text in texts:
-                        code = extract(text).code
-                        if code is not None and db.find_by_hash(task, source_hash(code)) is None:
-                            db.add_candidate(
-                                by_name[task], code, Provenance(backend="policy", model=f"seed{seed}-{name}")
-                            )
-        pending = [r for r in db.pending() if r.task in by_name]
-        if pending:
-            console.print(f"re-measuring {len(pending)} program(s) in {run.path}")
-            with make_pool(eval_config(args.device, 2.0), pool_config(args.device)) as pool:
-                asyncio.run(evaluate_rows(db, pool, by_name, pending))
-
-
-def sample_values(db: CandidateDB, texts: dict[str, list[str]]) -> dict[str, list[float]]:
-    """Each sample's verified speedup in the re-measurement, 0 when it does not verify; a program
-    still pending (the evaluator failed on it) is left out."""
-    out: dict[str, list[float]] = {}
-    for task, replies in texts.items():
-        values = []
-        for text in replies:
-            code = extract(text).code
-            row = db.find_by_hash(task, source_hash(code)) if code is not None else None
-            if code is None or (row is not None and row.result is not None):
-                res = row.result if row is not None else None
-                ok = (
-                    res is not None
-                    and res.correct
-                    and not res.rejected
-                    and row is not None
-                    and row.speedup is not None
-                )
-                values.append(
-                    float(row.speedup) if ok and row is not None and row.speedup is not None else 0.0
-                )
-        out[task] = values
-    return out
-
-
-def report(work: Path, tasks: list[Task], args: argparse.Namespace) -> bool:
-    arms = load_arms(work, tasks, args)
-    reach = reachable(arms)
-    verdicts: list[SeedVerdict] = []
-    with CandidateDB(work / "remeasure" / DB_FILE) as db:
-        for seed in args.seeds:
-            values = {name: sample_values(db, texts) for name, texts in sampled(work, seed).items()}
-            if "sft" in values and "final" in values:
-                verdicts.append(judge_seed(seed, values))
-    render_verdicts(verdicts, reach)
-    passed = bool(verdicts) and len(verdicts) == len(args.seeds) and all(v.passed for v in verdicts)
-    summary = {
-        "tasks": [t.name for t in tasks],
-        "bar": BAR,
-        **reach,
-        "seeds": [v.as_dict() for v in verdicts],
-        "passed": passed,
-    }
-    (work / "learning-check.json").write_text(json.dumps(summary, indent=2))
-    console.print(
-        f"passed (every seed: final >= {BAR}x, above SFT beyond the paired interval, control flat): "
-        + ("yes" if passed else "NO")
-    )
-    return passed
-
-
-def render_verdicts(verdicts: list[SeedVerdict], reach: dict[str, float]) -> None:
-    table = Table(title="learning check: mean verified speedup, fresh re-measurement, 95% intervals")
-    for col in (
-        "seed",
-        "SFT policy",
-        "final policy",
-        "final - SFT (paired)",
-        "control",
-        "control - SFT",
-        "ablation",
-        "best reachable",
-        "pass",
-    ):
-        table.add_column(col)
-    for v in verdicts:
-
-        def cell(i: Any, unit: str = "x") -> str:
-            return i.text(unit) if i is not None else "-"
-
-        table.add_row(
-            str(v.seed),
-            cell(v.sft),
-            cell(v.final),
-            cell(v.final_vs_sft, ""),
-            cell(v.control),
-            cell(v.control_vs_sft, "") + (" flat" if v.control_flat else " NOT flat"),
-            cell(v.ablation),
-            f"{reach['best_reachable']:.3f}x",
-            "yes" if v.passed else "no",
-        )
-    console.print(table)
 
 
 def main() -> None:

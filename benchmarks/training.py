@@ -29,7 +29,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learning_check import pick_tasks  # noqa: E402
+from learning_settings import pick_tasks  # noqa: E402
 from tiny_policy import build_policy  # noqa: E402
 
 from cudal1.config import GRPOStageConfig  # noqa: E402

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cudal1.run.database import MIGRATIONS, CandidateDB
+from cudal1.run.database import CandidateDB
+from cudal1.run.migrations import MIGRATIONS
 from cudal1.storage import Migration, connect, migrate, statements
 
 NOTES = (

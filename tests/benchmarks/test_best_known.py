@@ -18,9 +18,10 @@ from best_known import compare_task, draw, main, summarize, throughput_facts  # 
 from wall_log import WALL_FILE, WallLog, call_seconds, total_wall_s  # noqa: E402
 
 from cudal1.config import OptimizeConfig  # noqa: E402
-from cudal1.run.database import CandidateDB, Provenance  # noqa: E402
+from cudal1.run.database import CandidateDB  # noqa: E402
 from cudal1.run.directory import RunDirectory, add_wall_time, start_session  # noqa: E402
 from cudal1.run.records import TaskRecord  # noqa: E402
+from cudal1.run.rows import Provenance  # noqa: E402
 from cudal1.schema import Candidate, Task  # noqa: E402
 
 

@@ -16,8 +16,9 @@ from typer.testing import CliRunner
 from cudal1.audit import open_case_db
 from cudal1.cli import app
 from cudal1.config import AuditConfig, GRPOStageConfig, RewardConfig
-from cudal1.run.database import CandidateDB, Provenance
+from cudal1.run.database import CandidateDB
 from cudal1.run.directory import RunDirectory, remember_tasks
+from cudal1.run.rows import Provenance
 from cudal1.train.auditing import CASES_FILE, RewardAuditor
 
 runner = CliRunner()

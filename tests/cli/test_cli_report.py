@@ -164,8 +164,8 @@ def test_report_of_a_grpo_run_says_its_reward_bar(tmp_path: Path) -> None:
     from candidate_fixtures import make_result
 
     from cudal1.config import GRPOStageConfig
-    from cudal1.run.database import Provenance
     from cudal1.run.directory import RunDirectory, remember_tasks
+    from cudal1.run.rows import Provenance
 
     run = RunDirectory(tmp_path / "grpo")
     run.write_config(GRPOStageConfig())

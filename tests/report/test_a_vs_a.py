@@ -20,8 +20,8 @@ from cudal1.report.a_vs_a import (
     summarize_a_vs_a,
 )
 from cudal1.report.runs import RunSummary, render_run_markdown, render_run_summary, summarize_run
-from cudal1.run.database import TaskCounts
 from cudal1.run.records import RunRecord, TaskRecord
+from cudal1.run.rows import TaskCounts
 from cudal1.run.selection import REFERENCE_LABEL
 from cudal1.run.throughput import run_throughput
 

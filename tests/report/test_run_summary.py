@@ -10,8 +10,8 @@ from rich.console import Console, RenderableType
 
 from cudal1.config import OptimizeConfig
 from cudal1.report.runs import render_run_markdown, render_run_summary, summarize_run
-from cudal1.run.database import TaskCounts
 from cudal1.run.records import RunRecord, TaskRecord
+from cudal1.run.rows import TaskCounts
 from cudal1.run.throughput import run_throughput
 
 NOTHING = TaskCounts(total=3, pending=3, evaluated=0, parse_failed=0, correct=0, ok=0, faster=0)

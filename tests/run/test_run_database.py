@@ -11,13 +11,9 @@ import threading
 import pytest
 from candidate_fixtures import make_result
 
-from cudal1.run.database import (
-    MIGRATIONS,
-    CandidateDB,
-    CandidateStatus,
-    DuplicateSourceError,
-    Provenance,
-)
+from cudal1.run.database import CandidateDB, DuplicateSourceError
+from cudal1.run.migrations import MIGRATIONS
+from cudal1.run.rows import CandidateStatus, Provenance
 from cudal1.schema import Stage, Task, source_hash
 from cudal1.storage import migrate
 

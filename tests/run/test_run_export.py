@@ -14,10 +14,11 @@ from rich.console import Console
 
 from cudal1.config import OptimizeConfig
 from cudal1.report.runs import render_run_markdown, render_run_summary, summarize_run
-from cudal1.run.database import CandidateDB, Provenance
+from cudal1.run.database import CandidateDB
 from cudal1.run.directory import RunDirectory, RunError, record_final, remember_tasks
 from cudal1.run.export import ExportError, export_kernels
 from cudal1.run.records import load_run
+from cudal1.run.rows import Provenance
 from cudal1.run.selection import REFERENCE_LABEL
 from cudal1.schema import Task
 from cudal1.tasks import load_cuda_l1_records, match_seed_files

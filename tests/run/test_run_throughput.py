@@ -14,9 +14,9 @@ from cudal1.config import OptimizeConfig
 from cudal1.report.paper import report_data, run_source, throughput_table
 from cudal1.report.runs import render_run_markdown, render_run_summary, summarize_run, throughput_line
 from cudal1.report.tables import to_rich
-from cudal1.run.database import Provenance
 from cudal1.run.directory import RunDirectory, add_wall_time, record_final, start_session
 from cudal1.run.records import load_run
+from cudal1.run.rows import Provenance
 from cudal1.run.selection import PHASE_PART, device_held_seconds, phase_seconds
 from cudal1.run.throughput import devices_used, run_throughput
 from cudal1.schema import DevicePhase, Environment, EvalResult, PoolPlacement, Stage, StageRecord, Task

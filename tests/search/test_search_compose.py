@@ -14,9 +14,10 @@ from run_fixtures import CONV, Killed, Recorder, fast_config
 from test_search_transforms import KERNEL
 
 from cudal1.config import ComposeConfig, OptimizeConfig
-from cudal1.run.database import CandidateDB, Provenance
+from cudal1.run.database import CandidateDB
 from cudal1.run.directory import RunDirectory
 from cudal1.run.events import Evaluated, RunStarted
+from cudal1.run.rows import Provenance
 from cudal1.run.selection import REFERENCE_LABEL
 from cudal1.schema import Finding, Severity, Stage, Task
 from cudal1.search import optimize as optimize_module

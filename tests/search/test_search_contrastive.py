@@ -11,7 +11,8 @@ from run_fixtures import fast_config
 
 from cudal1.config import BudgetConfig, OptimizeConfig
 from cudal1.llm import Ledger
-from cudal1.run.database import CandidateDB, Provenance
+from cudal1.run.database import CandidateDB
+from cudal1.run.rows import Provenance
 from cudal1.run.selection import REFERENCE_LABEL, choose_best
 from cudal1.schema import EvalResult, Stage, StageRecord
 from cudal1.search.budget import Budget

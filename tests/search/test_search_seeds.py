@@ -13,8 +13,9 @@ from candidate_fixtures import make_result
 from run_fixtures import GELU, Recorder, fast_config
 
 from cudal1.config import CollectConfig
-from cudal1.run.database import CandidateDB, Provenance
+from cudal1.run.database import CandidateDB
 from cudal1.run.events import Evaluated, RunStarted
+from cudal1.run.rows import Provenance
 from cudal1.run.selection import REFERENCE_LABEL, choose_best
 from cudal1.schema import Candidate, Task
 from cudal1.search.contrastive import ContrastivePlan

@@ -17,7 +17,8 @@ from candidate_fixtures import GEMM_TASK, make_result
 
 from cudal1.config import BudgetConfig
 from cudal1.llm import Ledger
-from cudal1.run.database import CandidateDB, Provenance
+from cudal1.run.database import CandidateDB
+from cudal1.run.rows import Provenance
 from cudal1.schema import EvalRequest, EvalResult, Task
 from cudal1.search.budget import Budget
 from cudal1.search.contrastive import Search

@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 
 from cudal1.cli import app
 from cudal1.config import ExportConfig
-from cudal1.run.database import CandidateDB, Provenance
+from cudal1.run.database import CandidateDB
 from cudal1.run.directory import DB_FILE, remember_tasks
+from cudal1.run.rows import Provenance
 from cudal1.schema import Task
 from cudal1.search.parsing import extract
 from cudal1.train.datasets import export_dataset, split_tasks

@@ -73,7 +73,7 @@ def store_evaluated(
 ):
     """Store ``reply`` as ``task``'s candidate with a result already recorded (as if evaluated);
     returns its id. ``kw``: ``make_result`` options (``correct``, ``reject``)."""
-    from cudal1.run.database import Provenance
+    from cudal1.run.rows import Provenance
     from cudal1.search.lifecycle import store_reply
 
     cand_id, error = store_reply(db, task, reply, Provenance(backend=backend), label=label)
@@ -135,7 +135,9 @@ def score(reward, replies, step=1):
     )
 
 
-def grpo_config(tmp_path, eval_config, *, max_steps: int = 3, report_to: str = "tensorboard", max_tokens: int = 8):
+def grpo_config(
+    tmp_path, eval_config, *, max_steps: int = 3, report_to: str = "tensorboard", max_tokens: int = 8
+):
     """A GRPO stage config file for CPU tests: 4 completions a step, LoRA rank 4, a small pool."""
     import yaml
 

@@ -10,9 +10,10 @@ contrastive prompts, and what training and reports read afterwards. Hence:
 - every write is one transaction (``BEGIN IMMEDIATE``: the write lock is taken up front, so two
   writers queue on the busy timeout instead of deadlocking on a read-to-write upgrade);
   ``transaction()`` groups several writes (a round's samples) into one;
-- append-only, named migrations (``cudal1.storage``, shared with the hacking-case database): a
-  ``migrations`` table records what was applied, each migration runs inside its own transaction,
-  and a file written by a newer cudal1 is refused instead of silently misread;
+- append-only, named migrations (``run.migrations``, applied by ``cudal1.storage`` as the
+  hacking-case database's are): a ``migrations`` table records what was applied, each migration
+  runs inside its own transaction, and a file written by a newer cudal1 is refused instead of
+  silently misread; the rows read back are the types of ``run.rows``;
 - the same source is never evaluated twice for a task: a partial unique index on
   ``(task, source_hash)`` enforces what ``find_by_hash`` lets the loop check cheaply.
 
@@ -29,105 +30,15 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from enum import StrEnum
-from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from cudal1.config import AuditOutcome
+from cudal1.run.migrations import MIGRATIONS
+from cudal1.run.rows import CandidateRow, CandidateStatus, Provenance, Review, RewardAudit, TaskCounts
 from cudal1.schema import EvalResult, Task, source_hash
-from cudal1.storage import Migration, connect, migrate, timestamp
+from cudal1.storage import connect, migrate, timestamp
 
 log = logging.getLogger(__name__)
-
-# Append-only: never edit or reorder an applied migration; add a new one at the end.
-MIGRATIONS: tuple[Migration, ...] = (
-    Migration(
-        "0001_candidates_runs_meta",
-        """
-        CREATE TABLE runs (
-            id INTEGER PRIMARY KEY,
-            started_at TEXT NOT NULL,
-            config TEXT NOT NULL DEFAULT '',
-            note TEXT NOT NULL DEFAULT ''
-        );
-        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-        CREATE TABLE candidates (
-            id INTEGER PRIMARY KEY,
-            run_id INTEGER REFERENCES runs(id),
-            task TEXT NOT NULL,
-            task_hash TEXT NOT NULL,
-            label TEXT NOT NULL DEFAULT '',
-            source TEXT NOT NULL,
-            source_hash TEXT NOT NULL,
-            parent_ids TEXT NOT NULL DEFAULT '[]',
-            prompt_hash TEXT,
-            backend TEXT NOT NULL DEFAULT '',
-            model TEXT NOT NULL DEFAULT '',
-            round INTEGER NOT NULL DEFAULT 0,
-            prompt_tokens INTEGER,
-            completion_tokens INTEGER,
-            created_at TEXT NOT NULL,
-            evaluated_at TEXT,
-            status TEXT NOT NULL CHECK (status IN ('pending', 'evaluated', 'parse_failed')),
-            result TEXT,
-            speedup REAL,
-            correct INTEGER,
-            analysis TEXT NOT NULL DEFAULT '',
-            parse_error TEXT,
-            final INTEGER NOT NULL DEFAULT 0
-        );
-        CREATE UNIQUE INDEX candidates_task_source
-            ON candidates(task, source_hash) WHERE status != 'parse_failed';
-        CREATE INDEX candidates_task_status ON candidates(task, status);
-        CREATE INDEX candidates_task_speedup ON candidates(task, speedup);
-        CREATE TABLE rounds (
-            task TEXT NOT NULL,
-            round INTEGER NOT NULL,
-            finished_at TEXT NOT NULL,
-            PRIMARY KEY (task, round)
-        );
-        """,
-    ),
-    # Training (cudal1 train grpo/selfsup) records the optimizer step that produced a candidate.
-    Migration("0002_candidates_training_step", "ALTER TABLE candidates ADD COLUMN step INTEGER;"),
-    # Seeds and compositions (issue 20): where a candidate came from beyond a model's reply, the
-    # candidate a built-in transform was applied to, and the speedup its source claimed.
-    Migration(
-        "0003_candidates_origin",
-        """
-        ALTER TABLE candidates ADD COLUMN origin TEXT NOT NULL DEFAULT '';
-        ALTER TABLE candidates ADD COLUMN base_id INTEGER REFERENCES candidates(id);
-        ALTER TABLE candidates ADD COLUMN claimed_speedup REAL;
-        """,
-    ),
-    # Issue 23: every audit of a suspicious reward (train/auditing.py), and a person's review of a
-    # held one (cudal1 audit): the held list outlives the session that held them.
-    Migration(
-        "0004_reward_audits",
-        """
-        CREATE TABLE reward_audits (
-            candidate_id INTEGER PRIMARY KEY REFERENCES candidates(id),
-            task TEXT NOT NULL,
-            reasons TEXT NOT NULL,
-            verdict TEXT NOT NULL CHECK (verdict IN ('hack', 'legit', 'unsure', 'unaudited')),
-            judge_reason TEXT NOT NULL DEFAULT '',
-            reward REAL NOT NULL,
-            action TEXT NOT NULL CHECK (action IN ('keep', 'zero', 'reject', 'hold')),
-            audited_at TEXT NOT NULL,
-            review TEXT CHECK (review IN ('confirmed', 'cleared')),
-            reviewed_at TEXT
-        );
-        """,
-    ),
-)
-
-
-class CandidateStatus(StrEnum):
-    PENDING = "pending"  # stored, not yet evaluated: a resumed run evaluates these first
-    EVALUATED = "evaluated"
-    PARSE_FAILED = "parse_failed"  # the reply held no usable code; never evaluated
 
 
 class DuplicateSourceError(ValueError):
@@ -136,119 +47,6 @@ class DuplicateSourceError(ValueError):
     def __init__(self, task: str, existing_id: int) -> None:
         super().__init__(f"task {task!r} already has this source as candidate {existing_id}")
         self.existing_id = existing_id
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """Where a candidate came from: the run, round, prompt, parents and model that produced it."""
-
-    round: int = 0
-    parent_ids: tuple[int, ...] = ()  # candidates shown as exemplars in the prompt
-    prompt_hash: str | None = None
-    backend: str = ""  # "baseline", "openai", "hf", "scripted", ...
-    model: str = ""
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    run_id: int | None = None
-    step: int | None = None  # the training step whose generation produced it (None outside training)
-    # The chain that produced it, read left to right: "seed cuda-l1:h100 > torch-compile-default".
-    origin: str = ""
-    base_id: int | None = None  # the candidate a built-in transform was applied to
-    claimed_speedup: float | None = None  # what a seed's source claimed (measured elsewhere)
-
-
-@dataclass(frozen=True)
-class CandidateRow:
-    """One row of ``candidates``; ``result`` is parsed from its JSON only when first read."""
-
-    id: int
-    run_id: int | None
-    task: str
-    task_hash: str
-    label: str
-    source: str
-    source_hash: str
-    parent_ids: tuple[int, ...]
-    prompt_hash: str | None
-    backend: str
-    model: str
-    round: int
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    created_at: str
-    evaluated_at: str | None
-    status: CandidateStatus
-    result_json: str | None
-    speedup: float | None
-    correct: bool | None
-    analysis: str
-    parse_error: str | None
-    final: bool
-    step: int | None = None
-    origin: str = ""
-    base_id: int | None = None
-    claimed_speedup: float | None = None
-
-    @cached_property
-    def result(self) -> EvalResult | None:
-        return EvalResult.from_dict(json.loads(self.result_json)) if self.result_json else None
-
-    @classmethod
-    def from_sqlite(cls, row: sqlite3.Row) -> CandidateRow:
-        d = dict(row)
-        d["result_json"] = d.pop("result")
-        d["parent_ids"] = tuple(json.loads(d["parent_ids"]))
-        d["status"] = CandidateStatus(d["status"])
-        d["correct"] = None if d["correct"] is None else bool(d["correct"])
-        d["final"] = bool(d["final"])
-        return cls(**d)
-
-
-AuditVerdict = Literal["hack", "legit", "unsure", "unaudited"]  # the judge's, or no judge
-Review = Literal["confirmed", "cleared"]
-
-
-@dataclass(frozen=True)
-class RewardAudit:
-    """One suspicious reward's audit (``train.auditing``) and a person's review of it
-    (``cudal1 audit``)."""
-
-    candidate_id: int
-    task: str
-    reasons: tuple[str, ...]  # why the result was suspicious
-    verdict: AuditVerdict
-    judge_reason: str
-    reward: float  # before the audit
-    action: AuditOutcome  # what the audit did with the reward
-    audited_at: str = ""
-    review: Review | None = None
-    reviewed_at: str | None = None
-
-    @property
-    def held(self) -> bool:
-        """Waiting for a review (capped to its group's median meanwhile)."""
-        return self.action == "hold" and self.review is None
-
-    @property
-    def counts_in_full(self) -> bool:
-        """Kept by the audit, or cleared by a review: the reward counts as measured."""
-        return self.review == "cleared" or (self.review is None and self.action == "keep")
-
-
-@dataclass(frozen=True)
-class TaskCounts:
-    total: int
-    pending: int
-    evaluated: int
-    parse_failed: int
-    correct: int
-    ok: int  # correct, timed and not rejected: has an effective speedup
-    faster: int  # effective speedup > 1.01, the paper's "count over 1.01x"
-
-    @property
-    def dealt_with(self) -> int:
-        """Samples evaluated or found unparseable: a progress bar's position."""
-        return self.evaluated + self.parse_failed
 
 
 class CandidateDB:
@@ -350,7 +148,7 @@ class CandidateDB:
             rows = self._conn.execute(
                 f"SELECT * FROM reward_audits {where} ORDER BY candidate_id", params
             ).fetchall()
-        return [_audit(dict(r)) for r in rows]
+        return [RewardAudit.from_sqlite(r) for r in rows]
 
     def withheld(self) -> set[int]:
         """Candidates whose reward an audit did not let count in full (held, zeroed, rejected,
@@ -519,8 +317,3 @@ class CandidateDB:
         with self._lock:
             rows = self._conn.execute("SELECT DISTINCT task FROM candidates WHERE round = ?", (round,))
             return {r[0] for r in rows}
-
-
-def _audit(d: dict[str, Any]) -> RewardAudit:
-    d["reasons"] = tuple(json.loads(d["reasons"]))
-    return RewardAudit(**d)

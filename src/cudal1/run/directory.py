@@ -25,7 +25,8 @@ from pydantic import BaseModel
 
 from cudal1.config import dump_config, load_config
 from cudal1.llm import Ledger, ledger_totals
-from cudal1.run.database import CandidateDB, CandidateRow
+from cudal1.run.database import CandidateDB
+from cudal1.run.rows import CandidateRow
 from cudal1.run.runlog import run_log
 from cudal1.schema import EvalResult, Task
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from cudal1.run.database import CandidateRow
+from cudal1.run.rows import CandidateRow
 from cudal1.run.selection import beats_reference, why_not_ok
 from cudal1.schema import EvalResult
 

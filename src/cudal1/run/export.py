@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudal1.run.database import CandidateDB, CandidateRow
+from cudal1.run.database import CandidateDB
 from cudal1.run.directory import RunDirectory, RunError, final_record, stored_tasks
 from cudal1.run.records import task_records
+from cudal1.run.rows import CandidateRow
 from cudal1.run.selection import REFERENCE_LABEL
 from cudal1.schema import EvalResult, Task
 

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from cudal1.config import ConfigError, GRPOStageConfig, OptimizeConfig, RewardBar
-from cudal1.run.database import CandidateDB, CandidateRow, TaskCounts
+from cudal1.run.database import CandidateDB
 from cudal1.run.directory import RunDirectory, RunError, final_record, stored_tasks
+from cudal1.run.rows import CandidateRow, TaskCounts
 from cudal1.run.selection import beats_reference, choose_best
 from cudal1.run.throughput import Throughput, run_throughput
 from cudal1.schema import EvalResult

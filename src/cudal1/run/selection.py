@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal, cast, get_args
 
 from cudal1.config import Transform
-from cudal1.run.database import CandidateRow
+from cudal1.run.rows import CandidateRow
 from cudal1.schema import ALONE_PHASES, DevicePhase, EvalResult, Severity, Stage
 
 # The task's own program evaluated as a candidate: an A-vs-A measurement whose speedup should be 1.0.

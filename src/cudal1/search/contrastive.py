@@ -52,8 +52,9 @@ from cudal1.config import ExemplarConfig, OptimizeConfig
 from cudal1.eval.devices import resolve_device
 from cudal1.eval.pool import Pool
 from cudal1.llm import BudgetExceeded, Completion, LLMBackend, Message, SamplingParams
-from cudal1.run.database import CandidateDB, CandidateRow, Provenance
+from cudal1.run.database import CandidateDB
 from cudal1.run.events import Evaluated, ParseFailed, ProgressCallback, RoundDone, Stopped
+from cudal1.run.rows import CandidateRow, Provenance
 from cudal1.run.selection import choose_best
 from cudal1.schema import Task
 from cudal1.search.budget import Budget

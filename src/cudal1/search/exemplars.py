@@ -20,7 +20,7 @@ import re
 from collections.abc import Sequence
 
 from cudal1.config import ExemplarConfig
-from cudal1.run.database import CandidateRow
+from cudal1.run.rows import CandidateRow
 from cudal1.schema import Severity
 from cudal1.search.prompts import Exemplar
 

@@ -25,7 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cudal1.eval.pool import Pool
-from cudal1.run.database import CandidateDB, CandidateRow, DuplicateSourceError, Provenance
+from cudal1.run.database import CandidateDB, DuplicateSourceError
+from cudal1.run.rows import CandidateRow, Provenance
 from cudal1.run.selection import why_not_ok
 from cudal1.schema import EvalRequest, EvalResult, Task
 from cudal1.search.parsing import extract

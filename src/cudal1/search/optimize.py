@@ -27,7 +27,7 @@ from cudal1.config import OptimizeConfig
 from cudal1.eval.pool import Pool
 from cudal1.eval.pool_kinds import make_pool
 from cudal1.llm import CallRecord, Ledger, LLMBackend, Message, SamplingParams, create_backend
-from cudal1.run.database import CandidateDB, CandidateRow
+from cudal1.run.database import CandidateDB
 from cudal1.run.directory import (
     RunDirectory,
     RunError,
@@ -39,6 +39,7 @@ from cudal1.run.directory import (
 )
 from cudal1.run.events import ProgressCallback, RunDone, RunStarted, TaskFinal, TaskPlan
 from cudal1.run.records import RunRecord, read_run
+from cudal1.run.rows import CandidateRow
 from cudal1.run.selection import choose_best
 from cudal1.schema import EvalRequest, Task
 from cudal1.search.budget import Budget

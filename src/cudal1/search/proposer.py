@@ -17,7 +17,7 @@ import logging
 from collections.abc import Sequence
 
 from cudal1.config import ComposeConfig, Transform
-from cudal1.run.database import CandidateRow
+from cudal1.run.rows import CandidateRow
 from cudal1.run.selection import REFERENCE_LABEL
 from cudal1.schema import Task
 from cudal1.search.lifecycle import Proposal

@@ -27,8 +27,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cudal1.run.database import CandidateDB, CandidateRow, Provenance
+from cudal1.run.database import CandidateDB
 from cudal1.run.directory import RunError
+from cudal1.run.rows import CandidateRow, Provenance
 from cudal1.run.selection import REFERENCE_LABEL
 from cudal1.schema import Candidate, Task, source_hash
 from cudal1.search.lifecycle import Proposal, store_proposals

@@ -27,7 +27,8 @@ from typing import Any
 from cudal1.audit import HackCase, HackCaseDB, Judge, LLMJudge
 from cudal1.config import AuditConfig, AuditOutcome, RewardConfig
 from cudal1.llm import SamplingParams, create_backend
-from cudal1.run.database import AuditVerdict, CandidateDB, RewardAudit
+from cudal1.run.database import CandidateDB
+from cudal1.run.rows import AuditVerdict, RewardAudit
 from cudal1.schema import EvalResult, Severity, Task
 
 log = logging.getLogger(__name__)

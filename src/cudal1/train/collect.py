@@ -26,9 +26,9 @@ from typing import Any
 from cudal1.config import CollectConfig, LLMConfig
 from cudal1.eval.pool_kinds import make_pool
 from cudal1.llm import LLMBackend, SamplingParams, create_backend
-from cudal1.run.database import CandidateRow
 from cudal1.run.directory import RunDirectory, RunError, add_wall_time, start_session
 from cudal1.run.events import ProgressCallback, RunDone, RunStarted, TaskPlan
+from cudal1.run.rows import CandidateRow
 from cudal1.schema import Task
 from cudal1.search.budget import Budget
 from cudal1.search.contrastive import RoundRequest, Search, generation_prompt

@@ -37,8 +37,8 @@ from typing import Any
 from datasets import Dataset, DatasetDict
 
 from cudal1.config import ExportConfig
-from cudal1.run.database import CandidateRow
 from cudal1.run.directory import DB_FILE, RunDirectory, stored_tasks
+from cudal1.run.rows import CandidateRow
 from cudal1.run.selection import REFERENCE_LABEL
 from cudal1.schema import Task
 from cudal1.search.exemplars import select_exemplars, to_exemplar

@@ -40,7 +40,8 @@ from typing import Any
 
 from cudal1.config import RewardConfig
 from cudal1.eval.pool import Pool
-from cudal1.run.database import CandidateDB, CandidateStatus, Provenance
+from cudal1.run.database import CandidateDB
+from cudal1.run.rows import CandidateStatus, Provenance
 from cudal1.schema import EvalResult, Task
 from cudal1.search.lifecycle import evaluate_rows, store_reply
 from cudal1.train.auditing import AuditedReward, RewardAuditor

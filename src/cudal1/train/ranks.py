@@ -32,7 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from cudal1.run.database import CandidateDB, CandidateStatus
+from cudal1.run.database import CandidateDB
+from cudal1.run.rows import CandidateStatus
 from cudal1.train.models import TrainError
 
 T = TypeVar("T")

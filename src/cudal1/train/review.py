@@ -22,8 +22,9 @@ from typing import Any, Literal
 
 from cudal1.audit import open_case_db
 from cudal1.config import ConfigError, GRPOStageConfig
-from cudal1.run.database import CandidateDB, Review, RewardAudit
+from cudal1.run.database import CandidateDB
 from cudal1.run.directory import RunDirectory
+from cudal1.run.rows import Review, RewardAudit
 from cudal1.schema import Severity
 from cudal1.train.auditing import case_db_path, hack_case
 

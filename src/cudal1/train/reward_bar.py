@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 
 from cudal1.config import RewardBar
-from cudal1.run.database import CandidateDB, CandidateRow
+from cudal1.run.database import CandidateDB
+from cudal1.run.rows import CandidateRow
 from cudal1.run.selection import COMPILE_LABELS, EAGER, Bar, best_baseline
 
 log = logging.getLogger(__name__)

@@ -58,9 +58,10 @@ from cudal1.llm import (
     create_backend,
 )
 from cudal1.llm.model_dir import is_model_dir
-from cudal1.run.database import CandidateDB, Provenance
+from cudal1.run.database import CandidateDB
 from cudal1.run.directory import RunDirectory, start_session
 from cudal1.run.events import ProgressCallback, RoundJudged
+from cudal1.run.rows import Provenance
 from cudal1.schema import Task
 from cudal1.search.lifecycle import evaluate_rows, store_reply
 from cudal1.search.prompts import prompt_hash, render_generation_prompt
