@@ -3,8 +3,8 @@
 One sample = for each side, in random order: ``prepare`` (one untimed call on the fixed warm-up
 sets and a device sync, outside the clock), then one ``time`` request, which the evaluator's own
 clock times from send to reply, less the reference's measured round trip (the candidate's own
-is its word). Inside that request the worker makes the sample's fresh timed inputs from the sample's secret seed (new values at new addresses,
-the same sets on both sides, which the input digests in the replies show: an output computed
+is its word). Inside that request the worker makes the sample's fresh timed inputs from the
+sample's secret seed (new values at new addresses, the same sets on both sides, which the input digests in the replies show: an output computed
 earlier, or cached under any key, is wrong for them, and no request outside the clock ever sees
 them), queues an L2 flush and a GPU spin ahead of the begin event, runs K back-to-back calls
 keeping every output, records the end event, synchronises the whole device (work finished late
