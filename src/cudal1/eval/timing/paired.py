@@ -2,20 +2,20 @@
 
 One sample = for each side, in random order: ``prepare`` (one untimed call on the fixed warm-up
 sets and a device sync, outside the clock), then one ``time`` request, which the evaluator's own
-clock times from send to reply, less the reference's measured round trip (the candidate's own
-is its word). Inside that request the worker makes the sample's fresh timed inputs from the
-sample's secret seed (new values at new addresses, the same sets on both sides, which the input digests in the replies show: an output computed
-earlier, or cached under any key, is wrong for them, and no request outside the clock ever sees
-them), queues an L2 flush and a GPU spin ahead of the begin event, runs K back-to-back calls
-keeping every output, records the end event, synchronises the whole device (work finished late
-or left on a side stream lands inside the trusted clock), digests every call's outputs on the
-device in one batch, and replies once with the worker's own time and all K digests. Whatever an
-output still needs when it is read (a lazy value, a hook, a stream still running) is then paid
-inside the trusted clock. After both replies the evaluator draws one call j at random and, on the
-samples it checks (the first, a few at random, one more after the last), fetches the candidate's
-output of call j: its digest must be the one reported for call j, and it is compared in the
-reference's worker with the reference's output of call j of the same sample
-(``timed_output_mismatch`` otherwise).
+clock times from send to reply, less the reference's measured round trip (the candidate's own is
+its word). Inside that request the worker makes the sample's fresh timed inputs from the
+sample's secret seed (new values at new addresses, the same sets on both sides, which the input
+digests in the replies show: an output computed earlier, or cached under any key, is wrong for
+them, and no request outside the clock ever sees them), queues an L2 flush and a GPU spin ahead
+of the begin event, runs K back-to-back calls keeping every output, records the end event,
+synchronises the whole device (work finished late or left on a side stream lands inside the
+trusted clock), digests every call's outputs on the device in one batch, and replies once with
+the worker's own time and all K digests. Whatever an output still needs when it is read (a lazy
+value, a hook, a stream still running) is then paid inside the trusted clock. After both replies
+the evaluator draws one call j at random and, on the samples it checks (the first, a few at
+random, one more after the last), fetches the candidate's output of call j: its digest must be
+the one reported for call j, and it is compared in the reference's worker with the reference's
+output of call j of the same sample (``timed_output_mismatch`` otherwise).
 
 What the speedup means: the median over paired samples of the reference's time per call over
 the candidate's, each the steady-state time of K back-to-back calls on the worker's clock (CUDA
