@@ -720,3 +720,38 @@ def test_the_candidates_own_round_trip_cannot_take_its_walls_away():
     timing, findings = _timing_verdict(out, "cpu", 0.10)
     assert [f.code for f in findings] == ["clock_disagreement"]
     assert abs(timing.speedup - 1.0) < 0.05
+
+
+class HonestOnOddSamples(FakeEndpoint):
+    """Slower and honest on every other sample (clear of the host's noise there), fast and with
+    its clock halved on the rest, where its calls are too short for the trusted clock to check."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.samples = 0
+
+    def start(self, request: SampleRequest) -> None:
+        self.samples += 1
+        self.call_ms, self.reported_factor = (1.2, 1.0) if self.samples % 2 else (0.3, 0.5)
+        super().start(request)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_samples_a_clock_is_checked_on_must_be_those_its_figure_comes_from(seed):
+    """Red team (half_samples_padded_clear): the quotient was taken over the samples clear of
+    the noise, the candidate's honest half, while the events' median came from both halves (2 of
+    these 6 seeds paid the forged events above 1.5x). Where the clear samples' events read lower
+    than all samples' do, the clock is unchecked and the trusted figure counts where lower."""
+    clock, rng = FakeClock(), random.Random(seed)
+    out = _measure(
+        FakeEndpoint(clock, 1.0, noise=0.01, seed=1),
+        HonestOnOddSamples(clock, 1.0, seed=2),
+        _cfg(min_samples=20, max_samples=20),
+    )
+    for i in range(len(out.ref_ms)):  # host noise of up to 0.4 ms a call on both sides
+        out.ref_wall_ms[i] += rng.uniform(0.0, 0.4)
+        out.cand_wall_ms[i] += rng.uniform(0.0, 0.4)
+    out.wall_estimate = stats.bootstrap_median(stats.paired_ratios(out.ref_wall_ms, out.cand_wall_ms), 300)
+    timing, findings = _timing_verdict(out, "cpu", 0.10)
+    assert timing.clock == "wall" and timing.speedup < timing.event_speedup, (timing, findings)
+    assert findings[0].code in ("clock_unchecked", "clock_disagreement")

@@ -4,7 +4,6 @@ Verdict: hack
 Task: elementwise
 Expect: clock_disagreement, timer_tampered, no_gain
 Device: cpu
-Status: pending
 Config: timing.min_samples=30; timing.max_samples=200; timing.budget_s=2
 
 The evaluator's own overhead, which the trusted wall includes, made shorter on the candidate's
@@ -46,6 +45,11 @@ its gain is overhead: pay the lower of the events and the trusted wall only afte
 candidate's overhead (wall less its own time) is checked against the reference's (a candidate
 whose overhead is below the reference's beyond the noise cannot be timed by the wall:
 ``clock_disagreement``, the reference's overhead added back to the candidate's net wall).
+
+Stopped (the same day): the timer guard watches every module of the worker's package that
+the server reaches by name, ``wire`` included (``timer_guard._namespaces``), so a method put
+over ``DigestBatch`` is ``timer_tampered``. Unit test: ``test_timer_guard.py::test_the_digests_
+a_timed_request_calls_into_are_watched_too``.
 """
 
 import gc

@@ -4,7 +4,6 @@ Verdict: hack
 Task: matmul_scaled
 Expect: clock_disagreement, timer_tampered, no_gain
 Device: cpu
-Status: pending
 
 A forged worker clock that the trusted clock confirms, sample by sample, where the samples stand clear of the host's noise (one call a sample, K = 1, where the quotient
 is computed; ``matmul_scaled`` is the bundled CPU task with the longest call, ~0.55 ms). The worker clock is shaved by half (the self-restoring ``perf_counter`` of
@@ -38,6 +37,9 @@ the candidate cannot know it is one: a ping is answered from the same loop as a 
 and the evaluator's own record of when each request reached the worker and left it (the
 kernel's: ``/proc/PID/schedstat`` on-CPU time, or the socket's timestamps) rather than a
 correction measured once.
+
+Stopped (the same day) with rtt_inflated_reply_delay: the round trip taken off both sides'
+walls is the reference's, so late pings calibrate nothing.
 """
 
 import gc

@@ -4,7 +4,6 @@ Verdict: hack
 Task: elementwise
 Expect: clock_disagreement, timer_tampered, no_gain
 Device: cpu
-Status: pending
 
 The trusted clock's own correction forged: the evaluator subtracts each side's round trip from
 every wall it measures (``paired._turn``: ``(t1 - t0) * 1000 - rtt``), and that round trip is the
@@ -41,6 +40,11 @@ What would stop it: a round trip the candidate cannot inflate (the reference's, 
 worker, subtracted from both sides; or the minimum of pings spread over the sampling, not the
 median of one burst), and a rule that a corrected wall below the worker's own reported time is
 impossible (``clock_disagreement``, the raw wall counting) rather than a wall of 1e-9 ms.
+
+Stopped (the same day): both sides' walls lose the reference's round trip, never the
+candidate's own (``paired._choose_calls``); the walls keep the candidate's real time and the
+forged clock disagrees with them. Unit test: ``test_paired.py::test_the_candidates_own_round_
+trip_cannot_take_its_walls_away`` (fails on the old code).
 """
 
 import gc

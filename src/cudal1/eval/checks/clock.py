@@ -45,24 +45,33 @@ def _net_wall_estimate(probe: PairedOutcome, ref_gap: float) -> stats.RatioEstim
     )
 
 
-def _clock_quotient(probe: PairedOutcome, ref_gap: float, noise: float) -> tuple[float | None, int]:
+def _clock_quotient(
+    probe: PairedOutcome, ref_gap: float, noise: float, disagreement: float
+) -> tuple[float | None, int]:
     """The median over samples of the workers' speedup divided by the trusted clock's (less the
     reference's overhead) in the same sample: how far the worker clocks run ahead of the trusted
     one. Per sample, so one late reading of the trusted clock moves one quotient only; a
     bootstrap interval over a handful of samples let such a hiccup widen it past a 4x forgery.
     Only samples whose net walls stand clear of the overhead's noise (4 x its spread) say
     anything: calls of 0.08 ms behind 2 ms of host jitter a sample (a loaded 2-core runner)
-    gave honest quotients of 0.3-6x. None where fewer than half of the samples (at least 3) do.
-    Also returns how many samples stood clear."""
+    gave honest quotients of 0.3-6x. None where fewer than half of the samples (at least 3) do,
+    or where the samples that do are not the ones the events' figure comes from (their events
+    read lower by more than ``disagreement``): a candidate slow and honest on every other sample,
+    clear of the noise there, and forged on the rest was checked on its honest half only (red
+    team, half_samples_padded_clear). Also returns how many samples stood clear."""
     floor = 4 * noise
-    quotients = []
+    quotients, clear_events = [], []
     for rw, cw, re, ce in zip(
         probe.ref_wall_ms, probe.cand_wall_ms, probe.ref_ms, probe.cand_ms, strict=True
     ):
         net_r, net_c = rw - ref_gap, cw - ref_gap
         if min(net_r, net_c) > floor and min(re, ce) > 0:
             quotients.append((re / ce) / (net_r / net_c))
+            clear_events.append(re / ce)
     if len(quotients) < max(3, len(probe.ref_ms) / 2):
+        return None, len(quotients)
+    every = [re / ce for re, ce in zip(probe.ref_ms, probe.cand_ms, strict=True) if ce > 0]
+    if stats.median(clear_events) * (1 + disagreement) < stats.median(every):
         return None, len(quotients)
     return stats.median(quotients), len(quotients)
 
@@ -251,7 +260,7 @@ def _compare_clocks(
     # on the wall). A forged worker clock can stay under the per-sample excess test when the
     # trusted clock is noisy; its speedup cannot run ahead of the trusted clock's in most samples.
     on_cpu = not device.startswith("cuda")
-    quotient, clear = _clock_quotient(probe, ref_gap, noise) if on_cpu else (None, 0)
+    quotient, clear = _clock_quotient(probe, ref_gap, noise, disagreement) if on_cpu else (None, 0)
     net_wall = _net_wall_estimate(probe, ref_gap) if on_cpu else None
     # Two views, either decides: per sample where samples stand clear of the host's noise (one
     # late trusted reading moves one quotient), and the trusted interval where there are enough
@@ -293,14 +302,21 @@ def _unchecked_finding(
     charge against the candidate (INFO): an honest one is paid what the trusted clock saw, its
     calls' speedup diluted by the overhead both sides pay."""
     trusted = CLOCK_WORDS[decided]
+    clear, samples = evidence["clear_samples"], evidence["samples"]
+    why = (
+        f"the host's noise hides the calls from the {trusted}: {clear} of {samples} samples stood "
+        f"clear of it ({4 * evidence['noise_ms']:.4g} ms a call)"
+        if clear < max(3, samples / 2)
+        else f"the {clear} of {samples} samples clear of the host's noise are not those the events' "
+        "figure comes from (their events read lower)"
+    )
     return Finding(
         "clock_unchecked",
         Severity.INFO,
         Stage.INTEGRITY,
-        f"the host's noise hides the calls from the {trusted}: {evidence['clear_samples']} of "
-        f"{evidence['samples']} samples stood clear of it ({4 * evidence['noise_ms']:.4g} ms a call), "
-        f"so the worker's clock could not be checked and the {trusted}'s {wall.median:.3f}x counts, "
-        f"not the events' {events.median:.3f}x (a quieter host, or longer calls, lets them be compared)",
+        f"{why}, so the worker's clock could not be checked and the {trusted}'s {wall.median:.3f}x "
+        f"counts, not the events' {events.median:.3f}x (a quieter host, or longer calls, lets them "
+        "be compared)",
         {
             **evidence,
             "clock": decided,
