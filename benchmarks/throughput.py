@@ -11,7 +11,7 @@ The measurement this is for (issue 20): on one H100 with 6 workers, `cudal1 opti
 built-in baselines over 19 CUDA-L1 tasks did 53 evaluations in 8 minutes (about 400 per
 GPU-hour) with 3 of 6 workers busy. A worker is busy when its evaluation builds (static checks,
 import, ModelNew, first calls) or holds a device; it waits for memory admission or the device
-lock otherwise (``eval.pool.PoolState``). The run directory is a temporary one unless --run-dir.
+lock otherwise (``eval.activity.PoolState``). The run directory is a temporary one unless --run-dir.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from rich.console import Console
 from rich.table import Table
 
 from cudal1.config import OptimizeConfig, load_config
-from cudal1.eval.pool import POOL_STATES, Pool, PoolState
+from cudal1.eval.activity import POOL_STATES, PoolState
+from cudal1.eval.pool import Pool
 from cudal1.eval.pool_kinds import make_pool
 from cudal1.llm import Ledger
 from cudal1.run.directory import RunDirectory, add_wall_time, start_session

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from cudal1.config import SandboxConfig
-from cudal1.eval.pool import EvalPool, SparePool
+from cudal1.eval.pool import EvalPool
 from cudal1.eval.process.protocol import Command
 from cudal1.eval.process.sandbox import WorkerProcess
 from cudal1.eval.quiet import WINDOW_SWITCH_INTERVAL_S, QuietWindows
+from cudal1.eval.warm_workers import SparePool
 from cudal1.schema import EvalRequest
 
 

@@ -26,139 +26,33 @@ the other), and the pool's own threads and worker processes (checks included) ru
 Several devices (``devices=["cuda:0", "cuda:1"]``): one timing lane per device (its lock, its
 memory gate, its reference workers), a request goes to the device with the fewest requests past
 compile, and builds share the CPU cores. ``Pool`` is the interface this pool and the Ray pool
-(``ray_pool``) share; ``pool_kinds.make_pool`` picks one from the config.
+(``ray_pool``) share; ``pool_kinds.make_pool`` picks one from the config. The workers kept warm
+(spares, the tasks' reference workers) are ``warm_workers``'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import queue
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Literal, Protocol, Self, get_args
+from typing import Protocol, Self
 
 from cudal1.config import EvalConfig
+from cudal1.eval.activity import Activity, PoolState
 from cudal1.eval.admission import USABLE, DeviceAccess, DeviceGate, expected_need
 from cudal1.eval.devices import pin_current_thread, resolve_device, split_cpus
 from cudal1.eval.evaluator import Evaluation
-from cudal1.eval.process.protocol import Role
-from cudal1.eval.process.sandbox import WorkerError, WorkerProcess
+from cudal1.eval.process.sandbox import WorkerProcess
 from cudal1.eval.quiet import QuietWindows
+from cudal1.eval.warm_workers import ReferenceWorkers, SparePool
 from cudal1.eval.workers import ReferenceWorker, build_env, default_build_cache, with_memory_limit
 from cudal1.schema import EvalRequest, EvalResult, PoolPlacement, Task
 
 log = logging.getLogger(__name__)
-
-
-class SparePool:
-    """Candidate worker processes started ahead of need (each serves one candidate)."""
-
-    def __init__(
-        self, config: EvalConfig, target: int, cpus: set[int] | None = None, quiet: QuietWindows | None = None
-    ) -> None:
-        self.config = config
-        self.target = target
-        self.cpus = cpus
-        self.quiet = quiet
-        self._ready: queue.Queue[WorkerProcess] = queue.Queue()
-        self._lock = threading.Lock()
-        self._closed = False
-        self._starting: set[WorkerProcess] = set()  # started, not ready yet (``close`` kills them)
-        self._starting_lock = threading.Lock()
-        self._fill(quiet=False)  # nothing is timed yet: these start beside the pool's own start
-
-    def _fill(self, quiet: bool = True) -> None:
-        with self._lock:
-            while not self._closed and self._ready.qsize() < self.target:
-                self._ready.put(self.start_worker(quiet))
-
-    def start_worker(self, quiet: bool = True) -> WorkerProcess:
-        """A fresh worker, stopped by the quiet windows until it is ready: its interpreter and
-        torch import share the evaluator's core, where the trusted clock's thread runs (in the
-        loaded CPU adversarial batch, honest pairs' trusted intervals spread over 0.2-5.8x)."""
-        worker = WorkerProcess(self.config.sandbox, role=Role.CANDIDATE, cpus=self.cpus)
-        if self.quiet is None or not quiet:
-            return worker
-        with self._starting_lock:
-            self._starting.add(worker)
-        if self._closed:  # closed meanwhile: ``close`` may not have seen it
-            worker.kill()
-        self.quiet.enter_loading(worker)
-        try:
-            worker.wait_ready()
-        except WorkerError:
-            pass  # take() finds it dead and starts another
-        finally:
-            self.quiet.leave_loading(worker)
-            with self._starting_lock:
-                self._starting.discard(worker)
-        return worker
-
-    def _fill_in_background(self) -> None:
-        pin_current_thread(self.cpus)
-        self._fill()
-
-    def take(self) -> WorkerProcess:
-        try:
-            worker = self._ready.get_nowait()
-        except queue.Empty:
-            worker = WorkerProcess(self.config.sandbox, role=Role.CANDIDATE, cpus=self.cpus)
-        if self.target:
-            threading.Thread(target=self._fill_in_background, daemon=True).start()
-        if not worker.alive:
-            worker.close()
-            return self.take()
-        return worker
-
-    def close(self) -> None:
-        """Close the spares; one still starting is killed (a quiet window may hold it stopped
-        for as long as a pair is timed), so a fill under way ends at once."""
-        self._closed = True
-        with self._starting_lock:
-            starting = list(self._starting)
-        for worker in starting:
-            worker.kill()
-        with self._lock:  # the fill under way is over; what it left is drained below
-            pass
-        while True:
-            try:
-                self._ready.get_nowait().close()
-            except queue.Empty:
-                return
-
-
-# What one of the pool's evaluations is doing: working off the device (static checks, the
-# compile, ModelNew, the first calls), waiting (for memory admission or the device lock), or
-# holding the device (correctness and timing).
-PoolState = Literal["building", "waiting", "on_device"]
-POOL_STATES: tuple[PoolState, ...] = get_args(PoolState)
-
-
-class Activity:
-    """How many of a pool's evaluations are in each ``PoolState`` now."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts = dict.fromkeys(POOL_STATES, 0)
-
-    @contextmanager
-    def state(self, state: PoolState) -> Iterator[None]:
-        with self._lock:
-            self._counts[state] += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._counts[state] -= 1
-
-    def snapshot(self) -> dict[PoolState, int]:
-        with self._lock:
-            return dict(self._counts)
 
 
 class PoolStopped(RuntimeError):
@@ -243,11 +137,7 @@ class EvalPool(StreamingPool):
         self._timing_cpus, self._general_cpus = split_cpus(
             self.devices, sorted(cpus) if cpus is not None else None
         )
-        self._refs: OrderedDict[tuple[str, str], ReferenceWorker] = OrderedDict()
-        self._refs_lock = threading.Lock()
-        # Idle reference workers kept warm at most (each holds a CUDA context): verify over 250
-        # tasks kept all of them alive before.
-        self._refs_cap = workers + 2
+        self._refs = ReferenceWorkers(config, workers + 2, self._general_cpus, self._check_running)
         self._gates: dict[str, DeviceGate] = {}
         self._totals: dict[str, int] = {}  # device memory, bytes (from the reference worker)
         self._reserved: dict[str, float] = {}  # held outside the pool (reserve)
@@ -306,10 +196,7 @@ class EvalPool(StreamingPool):
         """Let the evaluations under way finish, then close every worker."""
         self._executor.shutdown(wait=True, cancel_futures=True)
         self._spares.close()
-        with self._refs_lock:
-            for ref in self._refs.values():
-                ref.close()
-            self._refs.clear()
+        self._refs.close()
 
     def stop(self) -> None:
         """Stop now, as when Ctrl-C leaves the pool's ``with`` block: evaluations not started are
@@ -320,8 +207,7 @@ class EvalPool(StreamingPool):
         self._executor.shutdown(wait=False, cancel_futures=True)
         with self._live_lock:
             workers = list(self._live)
-        with self._refs_lock:
-            workers += [ref.process for ref in self._refs.values()]
+        workers += self._refs.processes()
         for worker in workers:  # first: a timed pair's end ends the quiet window over the spares
             worker.kill()
         self._spares.close()
@@ -385,20 +271,20 @@ class EvalPool(StreamingPool):
         if ev.failed:
             return None
         # Reference info (torch, CUDA, arch) keys the build cache; any device's worker will do.
-        probe = self._reference(ev.task, self.devices[0])
+        probe = self._refs.hold(ev.task, self.devices[0])
         try:
             if not ev.attach_reference(probe):
-                self._drop_reference(probe)
+                self._refs.drop(probe)
                 return None
             env, hit = build_env(ev.source, probe, self.build_cache)
         finally:
-            self._done_with(probe)
+            self._refs.done_with(probe)
         ev.record.note(build_cache_hit=hit)
         return env
 
     def _on_device(self, ev: Evaluation, task: Task, cand: WorkerProcess, exclusive: bool) -> None:
         device = self._assign()
-        ref = self._reference(task, device)
+        ref = self._refs.hold(task, device)
         placement = PoolPlacement("local", devices=len(self.devices))
         try:
             ev.move_to(device)
@@ -416,9 +302,9 @@ class EvalPool(StreamingPool):
                 # Its device memory goes back before the next evaluation is admitted.
                 self._quiet.close_outside_windows(cand)
             if not ref.process.alive:
-                self._drop_reference(ref)
+                self._refs.drop(ref)
         finally:
-            self._done_with(ref)
+            self._refs.done_with(ref)
             with self._assign_lock:
                 self._assigned[device] -= 1
                 self._timed[device] += 1
@@ -512,34 +398,6 @@ class EvalPool(StreamingPool):
             device = min(self.devices, key=self._assigned.__getitem__)
             self._assigned[device] += 1
             return device
-
-    def _reference(self, task: Task, device: str) -> ReferenceWorker:
-        """The task's reference worker on ``device``, held until ``_done_with``; idle ones beyond
-        the cap are closed, least recently used first."""
-        key = (task.hash, device)
-        with self._refs_lock:
-            self._check_running()  # under the lock ``stop`` takes to kill the reference workers
-            ref = self._refs.get(key)
-            if ref is None or not ref.process.alive:
-                ref = ReferenceWorker(task, self.config, device, self._general_cpus)
-                self._refs[key] = ref
-            self._refs.move_to_end(key)
-            ref.users += 1
-            idle = [k for k, r in self._refs.items() if r.users == 0]
-            for old in idle[: max(0, len(self._refs) - self._refs_cap)]:
-                self._refs.pop(old).close()
-            return ref
-
-    def _done_with(self, ref: ReferenceWorker) -> None:
-        with self._refs_lock:
-            ref.users -= 1
-
-    def _drop_reference(self, ref: ReferenceWorker) -> None:
-        with self._refs_lock:
-            for key, value in list(self._refs.items()):
-                if value is ref:
-                    del self._refs[key]
-        ref.close()
 
 
 def evaluate(task: Task, source: str, config: EvalConfig | None = None) -> EvalResult:

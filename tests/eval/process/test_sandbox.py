@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from cudal1.config import SandboxConfig
-from cudal1.eval.process import sandbox
+from cudal1.eval.process import launch, leftovers, sandbox
 from cudal1.eval.process.protocol import Command
 from cudal1.eval.process.sandbox import WorkerProcess
 from cudal1.eval.process.wire import digest
@@ -68,7 +68,7 @@ def test_the_next_run_removes_the_sandboxes_of_a_killed_one(tmp_path, monkeypatc
 @pytest.mark.parametrize("pid, exists", [(os.getpid(), True), (1, True), (2**62, False)])
 def testprocess_exists(pid, exists):
     """pid 1 belongs to another user or to us: either way it is alive and kept."""
-    assert sandbox.process_exists(pid) is exists
+    assert leftovers.process_exists(pid) is exists
 
 
 # Started from a thread that ends at once, as the spare pool's fill does: the parent-death signal
@@ -159,7 +159,7 @@ def test_the_next_run_kills_what_a_killed_runs_worker_left_stopped(tmp_path, mon
             time.sleep(0.1)
         assert not _running(worker)
         assert _running(child), "the worker's own child should still be there, stopped"
-        removed = sandbox.remove_orphaned_sandboxes(tmp_path)
+        removed = leftovers.remove_orphaned_sandboxes(tmp_path)
         assert len(removed) == 1 and not removed[0].exists()
         deadline = time.monotonic() + 30
         while _running(child) and time.monotonic() < deadline:
@@ -231,8 +231,8 @@ def test_a_module_planted_in_the_sandbox_never_shadows_a_trusted_import():
 
 
 def test_worker_import_path_drops_entries_that_mean_the_working_directory():
-    assert sandbox.import_path("/src", "") == "/src"
-    assert sandbox.import_path("/src", "/a::relative:.:/src:/b:") == "/src:/a:/b"
+    assert launch.import_path("/src", "") == "/src"
+    assert launch.import_path("/src", "/a::relative:.:/src:/b:") == "/src:/a:/b"
 
 
 # At import: a child that leaves the worker's process group (setsid), and a grandchild of a

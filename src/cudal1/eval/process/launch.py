@@ -1,6 +1,8 @@
-"""How a worker process is started so that it dies with the evaluator, however the evaluator
-ends (``kill -9`` included): Linux's parent-death signal (prctl(2), PR_SET_PDEATHSIG) set to
-SIGKILL in the child before it runs anything, which ends a stopped (SIGSTOP) child too.
+"""How a worker process is started: with a scrubbed environment (``worker_env``), under its
+limits (``confine``, in the child before it runs anything), and so that it dies with the
+evaluator, however the evaluator ends (``kill -9`` included): Linux's parent-death signal
+(prctl(2), PR_SET_PDEATHSIG) set to SIGKILL in the child before it runs anything, which ends a
+stopped (SIGSTOP) child too.
 
 The signal follows the *thread* that forked the child, not its process: every worker is forked
 by one launcher thread that lives as long as the process. Not covered: the processes a worker
@@ -14,16 +16,63 @@ import contextlib
 import ctypes
 import os
 import queue
+import resource
 import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterable
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
+
+from cudal1.eval.process import memory
 
 # prctl(2): PR_SET_PDEATHSIG, the signal a process gets when its parent dies (Linux only).
 PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def worker_env(keep: Iterable[str], sandbox: Path, extra: dict[str, str]) -> dict[str, str]:
+    """A worker's environment: of this process's, only the variables named in ``keep``
+    (``SandboxConfig.keep_env``); its sandbox as HOME, TMPDIR and Triton cache; then ``extra``."""
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    src_root = str(Path(__file__).resolve().parents[3])  # cudal1 importable when not installed
+    env["PYTHONPATH"] = import_path(src_root, env.get("PYTHONPATH", ""))
+    env.update(
+        HOME=str(sandbox),
+        TMPDIR=str(sandbox),
+        TRITON_CACHE_DIR=str(sandbox / "triton"),
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONUNBUFFERED="1",
+        PYTHONSAFEPATH="1",  # its child Pythons (compile workers) keep their cwd off sys.path too
+        # Two workers alternate on few cores: spinning OpenMP threads of the idle one would
+        # steal time from the one being timed.
+        OMP_WAIT_POLICY="PASSIVE",
+    )
+    env.update(extra)
+    return env
+
+
+def import_path(src_root: str, inherited: str) -> str:
+    """PYTHONPATH for a worker: cudal1's source root, then the inherited entries that name a
+    directory. An empty or relative entry would put the worker's own directory (its cwd, which
+    untrusted code writes) back on ``sys.path`` that ``-P`` keeps it off."""
+    kept = [p for p in inherited.split(os.pathsep) if p and os.path.isabs(p)]
+    return os.pathsep.join(dict.fromkeys([src_root, *kept]))
+
+
+def confine(parent: int, cpus: set[int] | None, cpu_time_limit_s: int | None, memory_limit: int) -> None:
+    """In the child, before it runs anything: die with the evaluator, then the limits."""
+    die_with_parent(parent)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if cpu_time_limit_s:
+        lim = int(cpu_time_limit_s)
+        resource.setrlimit(resource.RLIMIT_CPU, (lim, lim + 5))
+    if memory_limit:
+        memory.limit_data(memory_limit)
 
 
 def die_with_parent(parent: int) -> None:

@@ -1,5 +1,8 @@
 """Worker processes with a hard timeout and kill, a private directory, a scrubbed environment and
-resource limits.
+resource limits. How a worker is started (its environment, its limits, the parent-death signal)
+is ``launch``; finding what workers leave behind (processes outside the group, killed runs'
+sandboxes) is ``leftovers``; this module is the evaluator's handle on one worker, and the list
+below covers the three.
 
 What is covered:
 - a candidate that segfaults, raises, hangs, exhausts memory or hits an illegal CUDA address
@@ -45,8 +48,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
-import resource
 import shutil
 import signal
 import socket
@@ -55,11 +56,12 @@ import sys
 import tempfile
 import threading
 import time
+from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from cudal1.eval.process import launch, memory
+from cudal1.eval.process import launch, leftovers, memory
 from cudal1.eval.process.protocol import Command, Role
 from cudal1.eval.process.wire import WireError, decode, encode, header
 
@@ -67,10 +69,7 @@ log = logging.getLogger(__name__)
 
 
 CANDIDATE_ENTRY = "cudal1.eval.process.worker"
-# A sandbox is ``cudal1-ROLE-PID-XXXX`` in the temporary directory, PID the evaluator's: a run
-# killed with SIGKILL cannot remove its sandboxes (and on a GPU they hold built extensions), so
-# the next run removes those whose evaluator is gone.
-SANDBOX_NAME = re.compile(r"cudal1-(?:candidate|reference)-(\d+)-")
+# Set at the first worker's start in this process, which removes the sandboxes of killed runs.
 _swept = threading.Event()
 # A reply that takes longer than this says so in the log, and again each time as long again,
 # until it comes or its timeout ends the wait (120 s for a call, 600 s for an import): a hung
@@ -92,103 +91,6 @@ class SandboxLimits(Protocol):
     def cpu_time_limit_s(self) -> int | None: ...
     @property
     def keep_env(self) -> tuple[str, ...]: ...
-
-
-def remove_orphaned_sandboxes(root: Path) -> list[Path]:
-    """Remove the sandboxes under ``root`` whose evaluator process no longer exists; returns them.
-    A live evaluator's, another user's (no permission to signal it) and any directory not named
-    by ``WorkerProcess`` are kept."""
-    removed = []
-    for path in root.glob("cudal1-*-*-*"):
-        match = SANDBOX_NAME.match(path.name)
-        if match is None or not path.is_dir() or process_exists(int(match.group(1))):
-            continue
-        removed.append(path)
-    killed = kill_leftovers(removed) if removed else 0
-    for path in removed:
-        shutil.rmtree(path, ignore_errors=True)
-    if removed:
-        also = f", and killed {killed} process(es) started from them" if killed else ""
-        log.info("removed %d sandbox(es) of killed runs from %s%s", len(removed), root, also)
-    return removed
-
-
-def kill_leftovers(sandboxes: list[Path]) -> int:
-    """Kill the processes still running out of ``sandboxes`` (their TMPDIR is one of them): what
-    a killed run's workers had started, such as a compiler a quiet window had stopped, which the
-    parent-death signal does not reach (``launch``). Returns how many."""
-    marks = [f"\0TMPDIR={path}\0".encode() for path in sandboxes]
-    killed = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = b"\0" + (entry / "environ").read_bytes()
-        except OSError:  # gone, or another user's
-            continue
-        if any(mark in environ for mark in marks):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), signal.SIGCONT)
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed += 1
-    return killed
-
-
-def processes_outside_group(pid: int, sandbox: Path) -> list[int]:
-    """Live processes started from worker ``pid`` that are not in its process group (``setsid``):
-    its descendants, and any process whose environment names ``sandbox`` as TMPDIR (what a double
-    fork leaves behind, with init as its parent). A scan of /proc: a few ms."""
-    mark = f"\0TMPDIR={sandbox}\0".encode()
-    parent: dict[int, int] = {}
-    found: set[int] = set()
-    try:
-        entries = list(Path("/proc").iterdir())
-    except OSError:  # no /proc: not Linux
-        return []
-    for entry in entries:
-        if not entry.name.isdigit():
-            continue
-        other = int(entry.name)
-        try:
-            state, ppid, pgrp = (entry / "stat").read_text().rpartition(")")[2].split()[:3]
-        except (OSError, ValueError):  # gone meanwhile
-            continue
-        parent[other] = int(ppid)
-        if int(pgrp) == pid or state in ("Z", "X"):
-            continue
-        found.add(other)  # outside the group; kept below if it came from the worker
-    started = set()
-    for other in found:
-        with contextlib.suppress(OSError):
-            if mark in b"\0" + (Path("/proc") / str(other) / "environ").read_bytes():
-                started.add(other)
-                continue
-        ancestor, hops = parent.get(other, 0), 0
-        while ancestor > 1 and hops < 64:  # a loop in a racing /proc ends here
-            if ancestor == pid:
-                started.add(other)
-                break
-            ancestor, hops = parent.get(ancestor, 0), hops + 1
-    return sorted(started)
-
-
-def import_path(src_root: str, inherited: str) -> str:
-    """PYTHONPATH for a worker: cudal1's source root, then the inherited entries that name a
-    directory. An empty or relative entry would put the worker's own directory (its cwd, which
-    untrusted code writes) back on ``sys.path`` that ``-P`` keeps it off."""
-    kept = [p for p in inherited.split(os.pathsep) if p and os.path.isabs(p)]
-    return os.pathsep.join(dict.fromkeys([src_root, *kept]))
-
-
-def process_exists(pid: int) -> bool:
-    """Whether process ``pid`` exists (signal 0; one this user may not signal exists too)."""
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, OverflowError):
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # How a worker failed: it died, went silent past its timeout, sent garbage, or was killed for
@@ -245,11 +147,11 @@ class WorkerProcess:
         self.subject = f"{role} worker"
         if not _swept.is_set():
             _swept.set()
-            remove_orphaned_sandboxes(Path(tempfile.gettempdir()))
+            leftovers.remove_orphaned_sandboxes(Path(tempfile.gettempdir()))
         self.dir = Path(tempfile.mkdtemp(prefix=f"cudal1-{role}-{os.getpid()}-"))
         self.log_path = self.dir / "worker.log"
         parent_sock, child_sock = socket.socketpair()
-        env = self._environment(extra_env or {})
+        env = launch.worker_env(config.keep_env, self.dir, extra_env or {})
         with open(self.log_path, "wb") as logf:
             self.proc = launch.popen(
                 args=[sys.executable, "-P", "-m", entry, str(child_sock.fileno())],
@@ -260,7 +162,9 @@ class WorkerProcess:
                 stderr=subprocess.STDOUT,
                 pass_fds=(child_sock.fileno(),),
                 start_new_session=True,  # its own process group: kill takes its children too
-                preexec_fn=self._limits,
+                preexec_fn=partial(
+                    launch.confine, self._parent, cpus, config.cpu_time_limit_s, self.memory_limit
+                ),
             )
         child_sock.close()
         if self.memory_limit:
@@ -277,36 +181,6 @@ class WorkerProcess:
         self._paused_at = 0.0
         self._paused_s = 0.0
         self.requests_sent = 0  # requests sent to it: whether it ran since (``resume``)
-
-    def _environment(self, extra: dict[str, str]) -> dict[str, str]:
-        env = {k: os.environ[k] for k in self.config.keep_env if k in os.environ}
-        src_root = str(Path(__file__).resolve().parents[3])  # cudal1 importable when not installed
-        env["PYTHONPATH"] = import_path(src_root, env.get("PYTHONPATH", ""))
-        env.update(
-            HOME=str(self.dir),
-            TMPDIR=str(self.dir),
-            TRITON_CACHE_DIR=str(self.dir / "triton"),
-            PYTHONDONTWRITEBYTECODE="1",
-            PYTHONUNBUFFERED="1",
-            PYTHONSAFEPATH="1",  # its child Pythons (compile workers) keep their cwd off sys.path too
-            # Two workers alternate on few cores: spinning OpenMP threads of the idle one would
-            # steal time from the one being timed.
-            OMP_WAIT_POLICY="PASSIVE",
-        )
-        env.update(extra)
-        return env
-
-    def _limits(self) -> None:
-        """In the child, before it runs anything: die with the evaluator, then the limits."""
-        launch.die_with_parent(self._parent)
-        if self.cpus:
-            os.sched_setaffinity(0, self.cpus)
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if self.config.cpu_time_limit_s:
-            lim = int(self.config.cpu_time_limit_s)
-            resource.setrlimit(resource.RLIMIT_CPU, (lim, lim + 5))
-        if self.memory_limit:
-            memory.limit_data(self.memory_limit)
 
     # -- talking ------------------------------------------------------------------------------
     def wait_ready(self, timeout: float | None = None) -> None:
@@ -527,14 +401,14 @@ class WorkerProcess:
     def outside_group(self) -> list[int]:
         """Processes the worker started that left its process group: neither ``suspend`` nor the
         group's kill reaches them (``processes_outside_group``)."""
-        return processes_outside_group(self.proc.pid, self.dir)
+        return leftovers.processes_outside_group(self.proc.pid, self.dir)
 
     def kill(self) -> None:
         # The whole group, even when the worker itself is gone: a compiler it started may linger.
         # SIGKILL ends a stopped (quiet-window) process too; SIGCONT first all the same, so that
         # no member of the group is left stopped whatever becomes of the kill. First what left
         # the group (found while the worker lives: its children are init's afterwards).
-        _kill_all(self.outside_group())
+        leftovers.kill_all(self.outside_group())
         self._signal_group(signal.SIGCONT)
         self._signal_group(signal.SIGKILL)
         memory.WATCH.unwatch(self.proc.pid)
@@ -551,7 +425,7 @@ class WorkerProcess:
                 self._holds = 0
                 self._signal_group(signal.SIGCONT)
         if self.proc.poll() is None:
-            _kill_all(self.outside_group())  # the group ends with the worker; these would not
+            leftovers.kill_all(self.outside_group())  # the group ends with the worker; these would not
             with contextlib.suppress(Exception):
                 self.conn.send_bytes(encode({"cmd": Command.EXIT.value}))
             if self._wait_exit(2.0) is None:
@@ -567,11 +441,3 @@ class WorkerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _kill_all(pids: list[int]) -> None:
-    """SIGKILL (after SIGCONT) to each of ``pids``, found a moment ago."""
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGCONT)
-            os.kill(pid, signal.SIGKILL)
