@@ -76,6 +76,37 @@ def _clock_quotient(
     return stats.median(quotients), len(quotients)
 
 
+def _gap_noise(probe: PairedOutcome, ref_gap: float) -> float:
+    """The spread of the reference's overhead per call (trusted wall less its own time): the
+    median absolute deviation, from the reference only, since a candidate could make its own
+    noisy on purpose."""
+    ref_gaps = [w - e for w, e in zip(probe.ref_wall_ms, probe.ref_ms, strict=True)]
+    return stats.median([abs(g - ref_gap) for g in ref_gaps])
+
+
+def _confirmed(probe: PairedOutcome) -> stats.RatioEstimate:
+    """What the trusted clock confirms where it cannot check the worker's: of its raw figure and a
+    floor under the true speedup, the one whose interval's low end is higher; the floor is, per
+    sample the reference's net wall over the candidate's net wall plus 4 x the overhead's noise (the
+    most of the candidate's calls the trusted clock could have missed). The raw figure alone paid an
+    honest 13x candidate, whose 0.05 ms calls hid in 2 ms of overhead a sample, 1.2-1.6x, its
+    interval's low end at 1.07-1.33 (tests/search/test_search_optimize.py failed one run in three);
+    a forgery on calls inside the noise still gets no more than the raw figure."""
+    ref_gap, _ = probe.gap_ms()
+    noise = _gap_noise(probe, ref_gap)
+    floor = stats.bootstrap_median(
+        stats.paired_ratios(
+            [w - ref_gap for w in probe.ref_wall_ms],
+            [max(w - ref_gap, 0.0) + 4 * noise for w in probe.cand_wall_ms],
+        ),
+        NET_WALL_RESAMPLES,
+    )
+    raw = probe.wall_estimate
+    # The one whose interval's low end is higher: with 6 samples the floor's own spread put its
+    # low end at 0.65 where the raw figure's was 1.2.
+    return floor if floor.ci_low > raw.ci_low else raw
+
+
 def _groups(out: PairedOutcome) -> list[tuple[TimingClock, PairedOutcome, stats.RatioEstimate]]:
     """The groups of samples the clocks are compared in, each with its trusted clock's name and
     its events' figure: the main samples, and the short-lead pairs where there are any."""
@@ -101,14 +132,16 @@ def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tupl
     # candidate can tell a long lead from a short one and hide work behind either (issue 21:
     # honest on short leads only, 1.6x and 2.2x verified when only the short ones were compared).
     flagged: list[tuple[TimingClock, PairedOutcome, dict[str, Any]]] = []
+    trusted: dict[TimingClock, stats.RatioEstimate] = {}
     for name, group, group_events in _groups(out):
         evidence = _compare_clocks(group, out.calls_per_sample, group_events, device, disagreement)
         if evidence is None:
             continue
         flagged.append((name, group, evidence))
+        trusted[name] = group.wall_estimate if evidence["disagree"] else _confirmed(group)
         # Only a lower trusted figure replaces the events': hidden work makes the candidate slower.
-        if group.wall_estimate.median < est.median:
-            est, clock = group.wall_estimate, name
+        if trusted[name].median < est.median:
+            est, clock = trusted[name], name
     # The trusted figure the timing keeps: the one that decided, else the first group that
     # disagreed, else the short-lead pairs' where there are any (the host's launches inside).
     wall_clock, wall = _groups(out)[-1][0], _groups(out)[-1][1].wall_estimate
@@ -117,14 +150,14 @@ def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tupl
     if disagreeing:
         name, group, evidence = next((f for f in disagreeing if f[0] == clock), disagreeing[0])
         # The figure named is the one that counted, where an unchecked group's was lower still.
-        shown_name, shown_group = (decided[0], decided[1]) if decided else (name, group)
-        wall_clock, wall = shown_name, shown_group.wall_estimate
+        wall_clock = decided[0] if decided else name
+        wall = trusted[wall_clock]
         evidence = {**evidence, "groups": [n for n, _, _ in disagreeing]}
         findings.append(_disagreement_finding(evidence, events, wall, clock, wall_clock))
     elif decided is not None:  # the worker clock could not be checked, and the trusted one is lower
         name, group, evidence = decided
         wall_clock, wall = name, group.wall_estimate
-        findings.append(_unchecked_finding(evidence, events, wall, name))
+        findings.append(_unchecked_finding(evidence, events, trusted[name], name))
     # Tails in every group too; only the main samples' figure can stand for the events'.
     tails = [(name, _compare_tails(group)) for name, group, _ in _groups(out)]
     flagged_tails = [(name, tail) for name, tail in tails if tail is not None]
@@ -249,8 +282,7 @@ def _compare_clocks(
     # With few samples (only when calls are so slow that 3 x the budget ran out first) one noisy
     # sample must not decide: then every sample has to show the excess.
     excess = stats.median(excesses) if len(excesses) >= CLOCK_MIN_SAMPLES else min(excesses)
-    ref_gaps = [w - e for w, e in zip(probe.ref_wall_ms, probe.ref_ms, strict=True)]
-    noise = stats.median([abs(g - ref_gap) for g in ref_gaps])
+    noise = _gap_noise(probe, ref_gap)
     # The 0.02 ms floor is host jitter per sample, so per call it shrinks with K: a per-call floor
     # let a candidate forge any ratio for calls under ~25 us (audit/cases/worker_tamper_forged_time.py).
     threshold = max(disagreement * cand_ms, 4 * noise, 0.02 / max(calls, 1))
