@@ -68,12 +68,17 @@ def _clock_quotient(
         if min(net_r, net_c) > floor and min(re, ce) > 0:
             quotients.append((re / ce) / (net_r / net_c))
             clear_events.append(re / ce)
-    if len(quotients) < max(3, len(probe.ref_ms) / 2):
+    if _too_few_clear(len(quotients), len(probe.ref_ms)):
         return None, len(quotients)
     every = [re / ce for re, ce in zip(probe.ref_ms, probe.cand_ms, strict=True) if ce > 0]
     if stats.median(clear_events) * (1 + disagreement) < stats.median(every):
         return None, len(quotients)
     return stats.median(quotients), len(quotients)
+
+
+def _too_few_clear(clear: int, samples: int) -> bool:
+    """Whether too few samples stand clear of the noise for the quotient: fewer than half, or 3."""
+    return clear < max(3, samples / 2)
 
 
 def _gap_noise(probe: PairedOutcome, ref_gap: float) -> float:
@@ -84,7 +89,7 @@ def _gap_noise(probe: PairedOutcome, ref_gap: float) -> float:
     return stats.median([abs(g - ref_gap) for g in ref_gaps])
 
 
-def _confirmed(probe: PairedOutcome) -> stats.RatioEstimate:
+def _confirmed(probe: PairedOutcome, ref_gap: float, noise: float) -> stats.RatioEstimate:
     """What the trusted clock confirms where it cannot check the worker's: of its raw figure and a
     floor under the true speedup, the one whose interval's low end is higher; the floor is, per
     sample the reference's net wall over the candidate's net wall plus 4 x the overhead's noise (the
@@ -92,8 +97,6 @@ def _confirmed(probe: PairedOutcome) -> stats.RatioEstimate:
     honest 13x candidate, whose 0.05 ms calls hid in 2 ms of overhead a sample, 1.2-1.6x, its
     interval's low end at 1.07-1.33 (tests/search/test_search_optimize.py failed one run in three);
     a forgery on calls inside the noise still gets no more than the raw figure."""
-    ref_gap, _ = probe.gap_ms()
-    noise = _gap_noise(probe, ref_gap)
     floor = stats.bootstrap_median(
         stats.paired_ratios(
             [w - ref_gap for w in probe.ref_wall_ms],
@@ -138,7 +141,11 @@ def timing_verdict(out: PairedOutcome, device: str, disagreement: float) -> tupl
         if evidence is None:
             continue
         flagged.append((name, group, evidence))
-        trusted[name] = group.wall_estimate if evidence["disagree"] else _confirmed(group)
+        trusted[name] = (
+            group.wall_estimate
+            if evidence["disagree"]
+            else _confirmed(group, evidence["ref_gap_ms"], evidence["noise_ms"])
+        )
         # Only a lower trusted figure replaces the events': hidden work makes the candidate slower.
         if trusted[name].median < est.median:
             est, clock = trusted[name], name
@@ -338,7 +345,7 @@ def _unchecked_finding(
     why = (
         f"the host's noise hides the calls from the {trusted}: {clear} of {samples} samples stood "
         f"clear of it ({4 * evidence['noise_ms']:.4g} ms a call)"
-        if clear < max(3, samples / 2)
+        if _too_few_clear(clear, samples)
         else f"the {clear} of {samples} samples clear of the host's noise are not those the events' "
         "figure comes from (their events read lower)"
     )

@@ -12,10 +12,11 @@ synchronises the whole device (work finished late or left on a side stream lands
 trusted clock), digests every call's outputs on the device in one batch, and replies once with
 the worker's own time and all K digests. Whatever an output still needs when it is read (a lazy
 value, a hook, a stream still running) is then paid inside the trusted clock. After both replies
-the evaluator draws one call j at random and, on the samples it checks (the first, a few at
-random, one more after the last), fetches the candidate's output of call j: its digest must be
-the one reported for call j, and it is compared in the reference's worker with the reference's
-output of call j of the same sample (``timed_output_mismatch`` otherwise).
+the evaluator draws ``CALLS_CHECKED`` distinct calls at random and, on the samples it checks
+(the first, a few at random, one more after the last), fetches the candidate's output of each
+call j: its digest must be the one reported for call j, and it is compared in the reference's
+worker with the reference's output of call j of the same sample (``timed_output_mismatch``
+otherwise).
 
 What the speedup means: the median over paired samples of the reference's time per call over
 the candidate's, each the steady-state time of K back-to-back calls on the worker's clock (CUDA
