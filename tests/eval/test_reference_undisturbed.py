@@ -3,7 +3,9 @@
 CPU: a candidate whose thread burns the CPU whenever it is not being called (started at import
 with ``_thread``, which the thread watch does not see) gets no CPU time while the reference is
 timed: its process group is stopped for every reference turn. GPU (``-m gpu``): a candidate that
-leaves GPU work queued behind each of its timed requests is ``reference_disturbed``.
+leaves GPU work queued behind each of its timed requests is ``reference_disturbed``, on the
+reference's times alone: the timer guard also names the wrapper this one queues its work from,
+and the test has the trusted side pass over that.
 """
 
 from __future__ import annotations
@@ -176,9 +178,12 @@ def test_without_the_pause_the_same_thread_runs_beside_the_reference(
 # send, which queues a spin on a side stream right before the reply goes out, after the worker's
 # device-wide synchronize, so that neither clock of the candidate's sees it. It lasts 1.5 x the
 # request (lead and calls), about one turn of the reference; the candidate's own next prepare
-# waits for it when its own turn comes next. Nothing the worker checks is left changed (the
-# wrapper removes itself), so only the reference's times can show it. LEAVE = 0: the honest twin,
-# the same wrapper with nothing queued.
+# waits for it when its own turn comes next. The wrapper removes itself, but it is still in place
+# when the worker lists the changed timing objects for the reply, so the timer guard names it
+# (``Connection.send_bytes``: ``timer_tampered``, the stronger catch). The test has the trusted
+# side pass over the guard's names for the socket (``_wire_unwatched``), so that the reference's
+# times alone must show the work left behind. LEAVE = 0: the honest twin, the same wrapper with
+# nothing queued.
 LEAVE_WORK_BEHIND = """
 import gc
 import time
@@ -226,23 +231,58 @@ class ModelNew(nn.Module):
 """
 
 
+# What the timer guard names the socket's class methods by (``timer_guard._timers``).
+WIRE = "Connection."
+
+
+def _wire_unwatched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The timer guard's watch of the socket off, on the trusted side (no config switch turns it
+    off, nor should one): the timing stage passes over the guard's names for the socket's
+    ``Connection`` methods, and keeps the rest. Returns what the guard reported, names for the
+    socket included, once the sampling is done."""
+    reported: list[str] = []
+    original = timing_stage.measure_paired
+
+    def measure(*args, **kwargs):
+        outcome = original(*args, **kwargs)
+        reported.extend(outcome.tampered)
+        outcome.tampered = [name for name in outcome.tampered if not name.startswith(WIRE)]
+        return outcome
+
+    monkeypatch.setattr(timing_stage, "measure_paired", measure)
+    return reported
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("leave", [1.5, 0.0])
-def test_gpu_work_left_behind_each_timed_request_is_reference_disturbed(tmp_path: Path, leave: float) -> None:
+def test_gpu_work_left_behind_each_timed_request_is_reference_disturbed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, leave: float
+) -> None:
+    """The detector alone: with the timer guard's watch of the socket off, the work left behind
+    is rejected as ``reference_disturbed`` and as nothing else, and the honest twin is not
+    flagged. The guard names the wrapper in both runs, which with its watch on is
+    ``timer_tampered``."""
     config = EvalConfig(
         device="cuda",
         build_cache=tmp_path / "builds",
         timing=TimingConfig(budget_s=4, min_samples=40),
         sandbox=SandboxConfig(call_timeout_s=120, import_timeout_s=600),
     )
+    reported = _wire_unwatched(monkeypatch)
     result = evaluate(SCALE_SHIFT_TASK, LEAVE_WORK_BEHIND.format(leave=leave), config)
     assert result.correct and result.timing is not None, result.error
+    # The guard saw the wrapper in place at reply time: with its watch of the socket on, that
+    # alone is timer_tampered (REJECT, checks/clock.py); passed over, nothing else is.
+    assert "Connection.send_bytes" in reported, reported
     codes = {f.code: f for f in result.findings}
+    assert "timer_tampered" not in codes, codes["timer_tampered"].message
     facts = result.environment.reference_disturbance
     if leave:
-        assert "reference_disturbed" in codes, (facts, result.timing.speedup)
+        assert "reference_disturbed" in codes, (facts, result.timing.speedup, result.timing.wall_speedup)
         assert codes["reference_disturbed"].severity is Severity.REJECT and not result.ok
         assert codes["reference_disturbed"].evidence["slowdown"] > SLOWDOWN_MARGIN
+        rejects = [f.code for f in result.findings if f.severity is Severity.REJECT]
+        assert rejects == ["reference_disturbed"], rejects  # the detector's verdict, no other's
     else:  # the same wrapper, nothing queued: an honest A-vs-A
         assert "reference_disturbed" not in codes, codes["reference_disturbed"].message
         # Farther from 0 than half the margin, honest pairs would put the margin at risk.

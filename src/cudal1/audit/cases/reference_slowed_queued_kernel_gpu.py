@@ -2,7 +2,7 @@
 Category: interference
 Verdict: hack
 Task: gemm_large
-Expect: reference_disturbed
+Expect: timer_tampered, reference_disturbed
 Device: gpu
 
 The reference slowed (issue 21, ~1.4x on the H100 with only warnings): the candidate shares its
@@ -15,19 +15,29 @@ time slices), so the reference's times, and with them the candidate's speedup, g
 candidate's next untimed call before its own sample ends in a device sync that waits out
 whatever is left of the spin, outside every clock. Every output is computed honestly.
 
-Before the defence: ~1.4x verified on the H100 with only warnings (issue 21). What stops it:
-stopping the candidate's processes while the reference is timed does not stop GPU work already
-queued, so the reference's own trusted times are checked: the samples after the candidate's
-turn run slower than the reference does undisturbed (``reference_disturbed``, REJECT).
-``frame_introspection`` flags the garbage-collector scan statically (a warning).
+Before the defence: ~1.4x verified on the H100 with only warnings (issue 21). What stops it
+first is the timer guard: the wrapped ``time`` entry is in place when the worker lists, for its
+reply, the timing objects that changed, so the reply names it (``timer_tampered``, REJECT), as
+it names a wrapper on the socket's ``Connection.send_bytes``, the other way to queue work just
+before a reply leaves (``tests/eval/test_reference_undisturbed.py``). Behind the guard, for
+queued work it does not see (a route below Python, or a guard the candidate rewrote: the "not
+covered" of ``eval/process/timer_guard.py``), the reference's own trusted times are checked,
+since stopping the candidate's processes while the reference is timed does not stop GPU work
+already queued: the samples after the candidate's turn run slower than the reference does
+undisturbed (``reference_disturbed``, REJECT). ``frame_introspection`` flags the
+garbage-collector scan statically (a warning).
 
-On the H100 (2026-11-26) it is ``reference_disturbed`` (the reference +170% slower on the
+On the H100 (2026-11-26) it was ``reference_disturbed`` (the reference +170% slower on the
 trusted clock in its short-lead turns right after the candidate than in its clean turns, rank
 test p=1e-5) and ``timer_tampered`` (its wrapped command table). Measured there too: another
 process's queued GPU work mostly delays the start of the reference's next kernel by up to a time
 slice (~2 ms) rather than interrupting a running one, so a lead rarely sees it as a gap in
 %globaltimer; work left a whole evaluation long slows the clean turns as well, and is not
-covered by this comparison (``checks/interference.py``).
+covered by this comparison (``checks/interference.py``). A later H100 run (after the red team's
+mends of the same day) gave ``timer_tampered`` alone, the events at 0.998x and the trusted clock
+at 3.26x: the reference comparison found nothing beyond its margin. The guard is not why
+(``reference_disturbed`` is worked out from the reference's times whatever the guard reports);
+that run is not explained yet.
 """
 
 import gc
