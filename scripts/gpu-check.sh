@@ -23,9 +23,11 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.versio
 what=${1:-all}; shift || true
 rc=0
 if [[ $what == tests || $what == all ]]; then
-  # No GPU test lives in tests/train; its modules import the training extras (datasets, trl),
-  # which travel only when carried: without them, collecting it would stop the whole run.
-  skip=(); python3 -c "import datasets, trl" 2>/dev/null || skip=(--ignore=tests/train)
+  # No GPU test lives in tests/train or the learning check's tests; their modules import the
+  # training extras (datasets, trl), which travel only when carried: without them, collecting
+  # them would stop the whole run.
+  skip=(); python3 -c "import datasets, trl" 2>/dev/null \
+    || skip=(--ignore=tests/train --ignore=tests/benchmarks/test_learning_check.py)
   python3 -m pytest -m gpu -v -rfE --durations=15 -p no:cacheprovider "${skip[@]}" tests "$@" 2>&1 | tee "$OUT/pytest-gpu.log"
   rc=${PIPESTATUS[0]}
 fi
