@@ -2,7 +2,7 @@
 # Runs on the GPU machine (device tool): installs carried wheels, runs the GPU tests and the
 # benchmarks, and writes logs under $OUT. Usage: bash scripts/gpu-check.sh [tests|bench|all|optimize|verify|train] [ARGS...]
 # best-known [ARGS]: benchmarks/best_known.py on .data/cuda-l1-h100.jsonl (carry .data, and runs/best-known
-# to resume a run from an earlier machine); the run directory is copied to $OUT/best-known.
+# to resume a run from an earlier machine); the run directory comes back as $OUT/best-known.tar.gz.
 # train learning-check STAGE... [ARGS]: benchmarks/learning_check.py --resume (its docstring has the plan of
 # calls: prepare; sft grpo control --seeds N; ablation --seeds ...; remeasure report), stopped at
 # LEARNING_CHECK_S (540 s) with SIGINT so that the call returns; the same call resumes. Its small state
@@ -58,7 +58,9 @@ if [[ $what == best-known ]]; then
   rc=${PIPESTATUS[0]}
   python3 benchmarks/best_known.py .data/cuda-l1-h100.jsonl --run runs/best-known --report-only \
     --json "$OUT/best-known.json" 2>&1 | tee "$OUT/best-known-table.log"
-  mkdir -p "$OUT/best-known" && cp -r runs/best-known/. "$OUT/best-known/"
+  # One archive: the device tool brings back only a few files per call, and a run directory
+  # left out would lose the call's progress. Unpack it here as runs/best-known to resume.
+  tar -czf "$OUT/best-known.tar.gz" -C runs best-known
 fi
 if [[ $what == train ]]; then
   part=${1:-prepare}; shift || true
