@@ -98,7 +98,8 @@ def pair(
                 raise RuntimeError(f"{label}: the two workers made different inputs from one seed")
 
         cfg = TimingConfig(min_samples=samples, max_samples=samples, budget_s=1e6, target_rel_ci=1e-9,
-                           check_output_fraction=0.0, reproducibility_floor=0.0)
+                           check_output_fraction=0.0, reproducibility_floor=0.0,
+                           reproducibility_floor_short=0.0)
         out = measure_paired(WorkerEndpoint(a), WorkerEndpoint(b), cfg, lambda s, c, d: None,
                              SampleInputs(lambda: next(seeds), agree))
         return out.estimate.median, out.estimate.ci_low, out.estimate.ci_high, out.calls_per_sample

@@ -44,8 +44,13 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
     assert pair.cand is not None and pair.ref is not None and record.correctness is not None
     cfg = pair.config.timing
     if device_type(pair.device) != "cuda":  # no GPU queue to run ahead of: one figure
+        cpu_floor = cfg.reproducibility_floor_cpu
         cfg = cfg.model_copy(
-            update={"host_ahead": False, "reproducibility_floor": cfg.reproducibility_floor_cpu}
+            update={
+                "host_ahead": False,
+                "reproducibility_floor": cpu_floor,
+                "reproducibility_floor_short": cpu_floor,
+            }
         )
     weights: TimedWeights = "default" if pair.main_reinit is None else "redrawn"
     record.note(timed_weights=weights)

@@ -11,7 +11,7 @@ import pytest
 from cudal1.config import TimingConfig
 from cudal1.eval.checks.clock import timing_verdict as _timing_verdict
 from cudal1.eval.checks.compare import Comparison
-from cudal1.eval.timing import stats
+from cudal1.eval.timing import paired, stats
 from cudal1.eval.timing.paired import SampleInputs, SampleRequest, TimedReply, Warmup, measure_paired
 from cudal1.eval.timing_stage import timed_output_failure
 from cudal1.schema import Severity, Stage
@@ -361,6 +361,21 @@ def test_reproducibility_floor_widens_a_tight_interval_in_quadrature():
     assert wide.ci_low < 1.0 < wide.ci_high
     assert abs((wide.ci_high - wide.median) - math.hypot(0.001, 0.006 * 1.004)) < 1e-12
     assert stats.with_floor(tight, 0.0) == tight
+
+
+@pytest.mark.parametrize(("call_ms", "floor"), [(0.05, 0.025), (0.5, 0.0085)])
+def test_short_calls_get_the_wider_floor(call_ms: float, floor: float):
+    """Identical code of a few microseconds read up to 3% off 1.0 inside a loaded H100 run, where
+    calls of 0.1 ms and over stayed within 1%: the interval's floor follows the reference's call
+    time, so identical code's interval contains 1.0 at either length."""
+    cfg = _cfg(max_samples=30, reproducibility_floor=0.0085, reproducibility_floor_short=0.025)
+    assert paired.reproducibility_floor([call_ms] * 5, cfg) == floor
+    clock = FakeClock()
+    out = _measure(FakeEndpoint(clock, call_ms), FakeEndpoint(clock, call_ms), cfg)
+    est = out.estimate
+    assert est.median == pytest.approx(1.0)
+    assert est.ci_high - est.median == pytest.approx(floor * est.median, rel=0.05)
+    assert est.median - est.ci_low == pytest.approx(floor * est.median, rel=0.05)
 
 
 def test_launches_are_queued_ahead_and_the_launch_inclusive_figure_is_measured_beside():

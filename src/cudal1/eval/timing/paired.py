@@ -250,10 +250,9 @@ def measure_paired(
             break
     # The stop rule above judges the sampling error alone; the reported interval adds the
     # between-process reproducibility floor.
-    out.estimate = stats.with_floor(_estimate(out.ref_ms, out.cand_ms, cfg), cfg.reproducibility_floor)
-    out.wall_estimate = stats.with_floor(
-        _estimate(out.ref_wall_ms, out.cand_wall_ms, cfg), cfg.reproducibility_floor
-    )
+    floor = reproducibility_floor(out.ref_ms, cfg)
+    out.estimate = stats.with_floor(_estimate(out.ref_ms, out.cand_ms, cfg), floor)
+    out.wall_estimate = stats.with_floor(_estimate(out.ref_wall_ms, out.cand_wall_ms, cfg), floor)
     if not out.failures and cfg.host_ahead and cfg.launch_samples:
         # The other figure: a few pairs with the short lead only, where the GPU waits for the
         # host of a launch-bound call (what the speedup was before host_ahead); the lead stays
@@ -273,6 +272,14 @@ def measure_paired(
         _check(out, check, sample, reply, rng)
     out.tampered = sorted(sides.tampered)
     return out
+
+
+def reproducibility_floor(ref_ms: list[float], cfg: TimingConfig) -> float:
+    """The between-process floor for calls as long as the reference's (per call, ms): two processes
+    running the same short call differ by more than two running a long one."""
+    ordered = sorted(ref_ms)
+    short = bool(ordered) and ordered[len(ordered) // 2] < cfg.short_call_ms
+    return cfg.reproducibility_floor_short if short else cfg.reproducibility_floor
 
 
 def _sample(out: PairedOutcome, sides: _Sides, sample: int) -> tuple[TimedReply, bool]:
