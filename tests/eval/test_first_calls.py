@@ -11,6 +11,7 @@ import pytest
 
 from cudal1.eval.pool import EvalPool, evaluate
 from cudal1.eval.workers import ReferenceWorker
+from cudal1.run.selection import why_not_ok
 from cudal1.schema import UNHELD_PHASES, EvalRequest, Stage, Task
 
 RIGHT = "        return torch.relu(self.lin(x))"
@@ -28,6 +29,18 @@ def _logging_candidate(candidate, log: Path) -> str:
     """A right candidate that appends the sum of every input it is called on to ``log``."""
     body = f"        with open({str(log)!r}, 'a') as f:\n            f.write(repr(float(x.sum())) + '\\n')\n{RIGHT}"
     return candidate(body)
+
+
+def _slow_first_call(candidate, seconds: float) -> str:  # type: ignore[no-untyped-def]
+    """A right candidate whose first call in its process builds for ``seconds`` (as torch.compile
+    does; later models, such as the re-drawn weights' probe, find the build done)."""
+    lazy = [
+        "        if not globals().get('BUILT'):",
+        f"            time.sleep({seconds})",
+        "            globals()['BUILT'] = True",
+        RIGHT,
+    ]
+    return "import time\n" + candidate("\n".join(lazy))
 
 
 def test_first_calls_see_inputs_that_no_checked_or_timed_call_sees(task, fast_config, candidate, tmp_path):
@@ -52,16 +65,8 @@ def test_a_slow_first_call_neither_holds_the_device_nor_runs_while_a_pair_is_sam
 ):
     """A candidate whose first call builds for seconds (as torch.compile does) reaches the device
     first but is timed second; while the other pair is sampled it stands still (it is loading)."""
-    lazy = "\n".join(
-        [
-            "        if not getattr(self, 'built', False):",
-            "            time.sleep(6)",
-            "            self.built = True",
-            RIGHT,
-        ]
-    )
     sources = {
-        "slow_first_call": "import time\n" + candidate(lazy),
+        "slow_first_call": _slow_first_call(candidate, 6),
         "slow_import": "import time\ntime.sleep(1)\n" + candidate(RIGHT),
     }
     with EvalPool(fast_config, workers=2, spares=0) as pool:  # no spare starting beside them
@@ -115,6 +120,25 @@ def _args_while_locked(ref: ReferenceWorker, seed: int, wait_s: float = 30) -> l
         waited = thread.is_alive()
     thread.join()
     return None if waited else got[0]
+
+
+@pytest.mark.parametrize(("first_calls_s", "ok"), [(12, True), (2, False)])
+def test_first_calls_get_their_own_time_limit_and_its_failure_says_so(
+    task, fast_config, candidate, first_calls_s, ok
+):
+    """A build at the first call (4 s here) longer than one call's limit (3 s) passes where the
+    first calls' limit allows it: max-autotune builds under a loaded H100 took over 120 s and were
+    failed. Past that limit the one line a run prints names the time limit, not the last line
+    the worker logged (an autotuning table)."""
+    sandbox = fast_config.sandbox.model_copy(
+        update={"call_timeout_s": 3, "first_calls_timeout_s": first_calls_s}
+    )
+    result = evaluate(task, _slow_first_call(candidate, 4), fast_config.model_copy(update={"sandbox": sandbox}))
+    if ok:
+        assert result.ok, result.error
+        return
+    assert result.failed_stage is Stage.LOAD
+    assert why_not_ok(result) == f"load stage: candidate worker timed out after {first_calls_s}s during first_calls"
 
 
 def test_constant_init_inputs_are_served_without_the_reference_lock(fast_config):

@@ -151,6 +151,15 @@ class TimingConfig(StrictConfig):
 class SandboxConfig(StrictConfig):
     import_timeout_s: float = Field(600.0, gt=0, description="import + compile of the candidate source")
     call_timeout_s: float = Field(120.0, gt=0, description="any single request to a worker")
+    first_calls_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description=(
+            "the candidate's first forward calls, where torch.compile builds and autotunes before the "
+            "device is taken: max-autotune builds of level-3 tasks ran past 120 s with 7 other "
+            "evaluations beside on an H100 and were failed at the load stage"
+        ),
+    )
     memory_limit_gb: float | None = Field(
         None,
         ge=0,

@@ -168,11 +168,17 @@ class Evaluation:
         came inside the checked calls, under the device lock (a max-autotune build held the only
         GPU for a minute). Unchecked and untimed: ``seed`` is a draw of this evaluation's seeds
         that no checked, timed or probe set uses, and the outputs stay in the worker. The calls
-        get one call's time limit, as the first checked call had: a kernel that never returns
-        keeps running on the GPU beside the pairs being timed (a stopped process's queued work
-        still runs) until the worker is killed, so that limit is kept short."""
+        get ``sandbox.first_calls_timeout_s`` (a few minutes: builds under a loaded host take
+        longer than one call's limit), and no more: a kernel that never returns keeps running on
+        the GPU beside the pairs being timed (a stopped process's queued work still runs) until
+        the worker is killed."""
         try:
-            self.pair.candidate(Command.FIRST_CALLS, seed=seed, calls=self.config.first_calls)
+            self.pair.candidate(
+                Command.FIRST_CALLS,
+                timeout=self.config.sandbox.first_calls_timeout_s,
+                seed=seed,
+                calls=self.config.first_calls,
+            )
         except RemoteError as exc:
             raise RemoteError(f"first call (before the checked calls) failed: {exc}", exc.traceback) from None
 

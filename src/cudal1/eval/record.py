@@ -59,8 +59,10 @@ class EvaluationRecord:
         except WorkerError as exc:
             tail = _last_lines(exc.log_tail)
             trusted = exc.role is Role.REFERENCE
+            # What the worker logged first, what happened last: the run's one-line summaries
+            # take a failed stage's last line (``run.selection.why_not_ok``).
             self._record(
-                Stage.EVALUATOR if trusted else stage, False, start, f"{exc}" + (f"\n{tail}" if tail else "")
+                Stage.EVALUATOR if trusted else stage, False, start, (f"{tail}\n" if tail else "") + f"{exc}"
             )
             self.failed = True
         except RemoteError as exc:
