@@ -57,8 +57,9 @@ checkpoint, every 5 steps):
    plus stray programs, about 50-80 evaluations: 10-20 min, 2 calls.
 
 In all 8-9 calls, about 60-90 GPU minutes. What must survive between calls is small (``arms/``,
-``shown.db``, ``seed-N/samples/``, ``remeasure/``): the script copies it to
-``$OUT/learning-check/``; a fresh machine gets it back by carrying ``runs/learning-check``. A
+``shown.db``, ``seed-N/samples/``, ``remeasure/``): the script packs it into
+``$OUT/learning-check.tar.gz``; unpacked into ``runs/`` here, a fresh machine gets it back by
+carrying ``runs/learning-check``. A
 seed's ``sft`` must share its call with its ``grpo`` and ``control`` (they start from its
 model). ``--seeds`` and ``--tasks`` scale the whole plan down.
 

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool): installs carried wheels, runs the GPU tests and the
-# benchmarks, and writes logs under $OUT. Usage: bash scripts/gpu-check.sh [tests|bench|all|optimize|verify|train] [ARGS...]
+# benchmarks, and writes logs under $OUT. Usage: bash scripts/gpu-check.sh [tests|bench|all|optimize|verify|best-known|roundtrip|train] [ARGS...]
 # best-known [ARGS]: benchmarks/best_known.py on .data/cuda-l1-h100.jsonl (carry .data, and runs/best-known
 # to resume a run from an earlier machine); the run directory comes back as $OUT/best-known.tar.gz.
 # train learning-check STAGE... [ARGS]: benchmarks/learning_check.py --resume (its docstring has the plan of
 # calls: prepare; sft grpo control --seeds N; ablation --seeds ...; remeasure report), stopped at
 # LEARNING_CHECK_S (540 s) with SIGINT so that the call returns; the same call resumes. Its small state
-# (arms, shown.db, samples, re-measurements) is copied to $OUT/learning-check: carry it back as
-# runs/learning-check on a fresh machine. train [bench|stages]: the other training checks of issue 11.
+# (arms, shown.db, samples, re-measurements) comes back as $OUT/learning-check.tar.gz: unpack it
+# into runs/ and carry runs/learning-check on a fresh machine. train [bench|stages]: the other training checks of issue 11.
 set -uo pipefail
 OUT=${OUT:-/tmp/cudal1-out}
 mkdir -p "$OUT"
@@ -62,6 +62,19 @@ if [[ $what == best-known ]]; then
   # left out would lose the call's progress. Unpack it here as runs/best-known to resume.
   tar -czf "$OUT/best-known.tar.gz" -C runs best-known
 fi
+if [[ $what == roundtrip ]]; then
+  # roundtrip [VERIFY ARGS]: optimize -> export -> verify on this GPU. The best-known run's kept
+  # kernels (carry runs/best-known) are exported as records and re-measured by verify.
+  records="$OUT/best-known-export.jsonl"
+  python3 -m cudal1.cli export runs/best-known/optimize --out "$records" 2>&1 | tee "$OUT/roundtrip.log"
+  if [[ ${PIPESTATUS[0]} == 0 ]]; then
+    COLUMNS=${COLUMNS:-200} python3 -m cudal1.cli verify "$records" --json-out "$OUT/roundtrip.json" "$@" \
+      2>&1 | tee -a "$OUT/roundtrip.log"
+    rc=${PIPESTATUS[0]}
+  else
+    rc=1
+  fi
+fi
 if [[ $what == train ]]; then
   part=${1:-prepare}; shift || true
   case $part in
@@ -71,14 +84,16 @@ if [[ $what == train ]]; then
       COLUMNS=${COLUMNS:-200} timeout -s INT -k 45 "${LEARNING_CHECK_S:-540}" python3 benchmarks/learning_check.py \
         --stage "${stages[@]:-all}" --resume "$@" 2>&1 | tee "$OUT/learning-check-$name.log"
       rc=${PIPESTATUS[0]}
-      w=runs/learning-check; keep="$OUT/learning-check"; mkdir -p "$keep"
+      w=runs/learning-check; keep=$(mktemp -d)/learning-check; mkdir -p "$keep"
       cp "$w/learning-check.json" "$OUT/" 2>/dev/null
       for d in arms remeasure; do [[ -d $w/$d ]] && mkdir -p "$keep/$d" && cp "$w/$d"/*.db "$w/$d"/*.log "$keep/$d/" 2>/dev/null; done
       cp "$w/shown.db" "$keep/" 2>/dev/null
       for s in "$w"/seed-*; do
         [[ -d $s/samples ]] && mkdir -p "$keep/${s##*/}" && cp -r "$s/samples" "$keep/${s##*/}/"
         for k in grpo control ablation; do cp "$s/$k/steps.jsonl" "$keep/${s##*/}/$k-steps.jsonl" 2>/dev/null; done
-      done ;;
+      done
+      # One archive: the device tool brings back at most 8 files, 2 folders down.
+      tar -czf "$OUT/learning-check.tar.gz" -C "${keep%/*}" learning-check ;;
     bench) python3 benchmarks/training.py "$@" 2>&1 | tee "$OUT/bench-training.log"; rc=${PIPESTATUS[0]} ;;
     stages) bash scripts/train-stages.sh "$OUT" 2>&1 | tee "$OUT/train-stages.log"; rc=${PIPESTATUS[0]} ;;
     *) echo "train: unknown part $part (learning-check|bench|stages)" >&2; rc=2 ;;
