@@ -43,10 +43,16 @@ if [[ $what == optimize ]]; then
 fi
 if [[ $what == verify ]]; then
   # verify RECORDS [ARGS]: the report JSON (and its .rows.jsonl) go to $OUT unless --json-out is given.
-  json=(--json-out "$OUT/verify.json")
-  for arg in "$@"; do [[ $arg == --json-out || $arg == --json-out=* ]] && json=(); done
+  # With --json-out PATH (to --resume across machines: carry PATH's folder), PATH and its
+  # .rows.jsonl are copied to $OUT as well.
+  json=(--json-out "$OUT/verify.json"); given=; prev=
+  for arg in "$@"; do
+    [[ $prev == --json-out ]] && given=$arg; [[ $arg == --json-out=* ]] && given=${arg#--json-out=}; prev=$arg
+  done
+  [[ -n $given ]] && json=()
   COLUMNS=${COLUMNS:-240} python3 -m cudal1.cli verify "$@" "${json[@]}" 2>&1 | tee "$OUT/verify.log"
   rc=${PIPESTATUS[0]}
+  [[ -n $given ]] && cp "$given" "${given%.json}.rows.jsonl" "$OUT/" 2>/dev/null
 fi
 if [[ $what == best-known ]]; then
   # Stop a little before the device tool's 10-minute limit so the run directory still comes back.
