@@ -154,9 +154,10 @@ class Evaluation:
         self.record.note(seed=self._seeds.base)
         with self.record.stage(Stage.LOAD):
             self._init_args = pair.ref.init_args(self._seeds.init)
-            built = pair.candidate(
-                Command.BUILD, args=self._init_args, seed=self._seeds.init, device=self.device
-            )
+            # Known once the task's reference was built for an earlier evaluation, else the
+            # candidate is built again if it turns out stateful (``WorkerPair.build_main_reference``).
+            pair.stateful = list(pair.ref.stateful or [])
+            built = pair.build_model(self._init_args, self._seeds.init, "main", candidate=True)
             self.record.findings.extend(side_stream_findings(list(built.get("side_streams") or [])))
             if self.config.first_calls:
                 with self.record.phase("first_calls"):
@@ -186,7 +187,7 @@ class Evaluation:
         seeds, record = self._seeds, self.record
         with record.stage(Stage.CORRECTNESS):
             with record.phase("reference_build"):
-                self.pair.build_model(self._init_args, seeds.init, "main", candidate=False)
+                self.pair.build_main_reference(self._init_args, seeds.init)
             check_correctness(self.pair, seeds, self._init_args)
         if record.failed:
             return
