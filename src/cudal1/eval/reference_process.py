@@ -113,10 +113,7 @@ class ReferenceServer(WorkerServer):
         reply = super().build(args, seed, device, slot, reinit)
         model = self.model_in(slot)
         if self.stateful is None:
-            torch.manual_seed(seed)
-            with self._on_device():
-                inputs = [to_device(x, self.device) for x in self.module.get_inputs()]
-            self.stateful = stateful_attributes(model, inputs)
+            self.stateful = stateful_attributes(model, lambda: self._detection_inputs(seed))
         if self.stateful:
             self.built_states.keep(model)
         twin = self._twin(model, torch.float64) if float64 else None
@@ -257,6 +254,13 @@ class ReferenceServer(WorkerServer):
             return None
         finally:
             del twin
+
+    def _detection_inputs(self, seed: int) -> list[Any]:
+        """An input set from the task's get_inputs under the build's seed, on the device: trusted,
+        used for nothing but finding whether the task is stateful."""
+        torch.manual_seed(seed)
+        with self._on_device():
+            return [to_device(x, self.device) for x in self.module.get_inputs()]
 
     def _call(self, model: Any, inputs: list[Any], after: int = 0) -> Any:
         """One call from the state as built (a stateful task's; for others, the model as it is),

@@ -22,7 +22,7 @@ its worker (``keep_state`` on ``build``).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -135,15 +135,17 @@ def same_outputs(a: Any, b: Any) -> bool:
     return True
 
 
-def stateful_attributes(model: Any, inputs: list[Any]) -> list[str]:
-    """The state attributes whose change moved the model's output: two calls on the same inputs,
-    the second from the state the first left. Empty for a stateless model, and for one whose
-    state changes without moving its output (a training-mode batch norm's running statistics),
-    which is judged as before. Leaves the model's state as built. A nondeterministic model whose
-    state changes reads as stateful: that costs restores, never a wrong verdict."""
+def stateful_attributes(model: Any, make_inputs: Callable[[], list[Any]]) -> list[str]:
+    """The state attributes whose change moved the model's output: two calls on the same inputs
+    (``make_inputs``'), the second from the state the first left. Empty for a stateless model, and
+    for one whose state changes without moving its output (a training-mode batch norm's running
+    statistics), which is judged as before; a model with no state attribute at all is not
+    called. Leaves the model's state as built. A nondeterministic model whose state changes
+    reads as stateful: that costs restores, never a wrong verdict."""
     built = BuiltState(model)
     if not built.saved:
         return []
+    inputs = make_inputs()
     with torch.no_grad():
         first = model(*inputs)
         changed = built.changed(model)
