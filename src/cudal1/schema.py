@@ -60,6 +60,7 @@ DevicePhase = Literal[
     "reference_build",
     "check_inputs",
     "check_calls",
+    "state_carried",
     "perturbation",
     "reinitialised_weights",
     "shifted_inputs",

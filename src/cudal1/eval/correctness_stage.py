@@ -7,7 +7,8 @@ models the checked sets ran on.
 
 Each set's errors are judged against the tolerance in the reference's worker; its effective
 precision against the levels the reference calibrated on that set (``checks.precision``). The
-first wrong set ends the stage.
+first wrong set ends the stage. On a stateful task (``process.model_state``) every set starts
+from the models' state as built, and one more set checks the call after (``probes.state_carried``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ def check_correctness(pair: WorkerPair, seeds: Seeds, init_args: list[Any]) -> N
     record.correctness = Correctness(n, n, worst_abs, worst_rel, scale, against, "", *precision.record())
     record.findings.extend(precision.findings())
     guards = pair.config.guards
+    if pair.stateful:
+        with record.phase("state_carried"):
+            probes.state_carried(pair, seeds.next())
     if guards.input_range:
         with record.phase("shifted_inputs"):
             probes.shifted_inputs(pair, f"check{n - 1}")

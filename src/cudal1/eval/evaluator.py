@@ -25,7 +25,9 @@ beside timed pairs until the call's time limit kills its worker (under the devic
 stopped every timing instead); the timing's paired ratios and the reference's drift guard are
 what notices such a disturbance. Where the timing runs on the re-drawn-weights probe's models
 (``correctness_stage``), the timed model is another instance than the one these calls warmed: its
-lazy builds ran at its own first call, the probe's checked call, before the timing's warm-up.
+lazy builds ran at its own first call, the probe's checked call, before the timing's warm-up. So is the main model of a stateful task's first evaluation on its
+reference worker, built again once the reference found the task stateful
+(``WorkerPair.build_main_reference``).
 
 Where the parts live: ``Evaluation`` (here) runs the phases in the order the pool drives them;
 ``worker_pair`` holds the conversation with the two workers, ``correctness_stage`` and
@@ -154,9 +156,10 @@ class Evaluation:
         self.record.note(seed=self._seeds.base)
         with self.record.stage(Stage.LOAD):
             self._init_args = pair.ref.init_args(self._seeds.init)
-            built = pair.candidate(
-                Command.BUILD, args=self._init_args, seed=self._seeds.init, device=self.device
-            )
+            # Known once the task's reference was built for an earlier evaluation, else the
+            # candidate is built again if it turns out stateful (``WorkerPair.build_main_reference``).
+            pair.stateful = list(pair.ref.stateful or [])
+            built = pair.build_model(self._init_args, self._seeds.init, "main", candidate=True)
             self.record.findings.extend(side_stream_findings(list(built.get("side_streams") or [])))
             if self.config.first_calls:
                 with self.record.phase("first_calls"):
@@ -192,7 +195,7 @@ class Evaluation:
         seeds, record = self._seeds, self.record
         with record.stage(Stage.CORRECTNESS):
             with record.phase("reference_build"):
-                self.pair.build_model(self._init_args, seeds.init, "main", candidate=False)
+                self.pair.build_main_reference(self._init_args, seeds.init)
             check_correctness(self.pair, seeds, self._init_args)
         if record.failed:
             return

@@ -12,6 +12,12 @@ own ``time`` request from the sample's seed) and keeps every call's output and t
 input sets until the next sample, so that the one candidate output the trusted side fetches
 (call j, drawn after both replies) is compared with the reference's output of call j, and with a
 float64 twin run on call j's inputs.
+
+A stateful task (its forward changes a tensor attribute: ``process.model_state``) is found here, at
+the first build, and never by the candidate's worker; the trusted side then tells the candidate's.
+Every call of this worker's (the model's, its float64 and low-precision twins', the calibration's)
+starts from the state as built, and a timed call j's float64 twin replays the sample's calls
+before it.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import torch
 
 from cudal1.eval.checks.allowance import OPERATIONS, Allowance, calibrate
 from cudal1.eval.checks.compare import compare_outputs, precision_ratio
+from cudal1.eval.process.model_state import stateful_attributes
 from cudal1.eval.process.protocol import Command, Role
 from cudal1.eval.process.timed_sample import release, sync, to_device
 from cudal1.eval.process.wire import decode, digest, flatten_outputs
@@ -46,6 +53,9 @@ class ReferenceServer(WorkerServer):
         self.twins: dict[str, Any] = {}  # low-precision copies of the main model, by dtype name
         self.work_by_signature: dict[str, dict[str, Any]] = {}
         self.allowances: dict[str, Allowance | None] = {}  # by input set, where calibrated
+        # The task's state attributes whose change moves its output (``model_state``), found at
+        # its first build; None until then.
+        self.stateful: list[str] | None = None
 
     def handlers(self) -> dict[Command, Handler]:
         return {
@@ -72,6 +82,12 @@ class ReferenceServer(WorkerServer):
             "sms": props.multi_processor_count,
         }
 
+    def load_task(
+        self, source: str, name: str, path: str | None = None, device: str | None = None
+    ) -> dict[str, Any]:
+        self.stateful = None
+        return super().load_task(source, name, path, device)
+
     def init_inputs(self, seed: int) -> dict[str, Any]:
         torch.manual_seed(seed)
         return {"args": list(self.module.get_init_inputs())}
@@ -86,12 +102,22 @@ class ReferenceServer(WorkerServer):
         device: str,
         slot: str = "main",
         reinit: int | None = None,
+        keep_state: bool = False,
         float64: bool = False,
     ) -> dict[str, Any]:
         """The reference model, and with ``float64`` a float64 copy of it (re-drawn weights
-        included) beside it."""
+        included) beside it. Whether the task is stateful is this worker's to find, at its
+        first build (``keep_state`` is ignored): the reply's ``stateful`` names the state
+        attributes that move the output, and such a model's state as built, and its twins', is
+        kept to start every call from (``model_state``)."""
         reply = super().build(args, seed, device, slot, reinit)
-        twin = _twin(self.model_in(slot), torch.float64) if float64 else None
+        model = self.model_in(slot)
+        if self.stateful is None:
+            self.stateful = stateful_attributes(model, lambda: self._detection_inputs(seed))
+        if self.stateful:
+            self.built_states.keep(model)
+        twin = self._twin(model, torch.float64) if float64 else None
+        reply["stateful"] = self.stateful
         if slot == "main":
             self.model64, self.twins = twin, {}
             _set_tf32(False)  # PyTorch's defaults, whatever the last evaluation's policy timed with
@@ -107,25 +133,27 @@ class ReferenceServer(WorkerServer):
         return reply
 
     def run(
-        self, key: str, slot: str = "main", levels: bool = False, allowed: str | None = None
+        self,
+        key: str,
+        slot: str = "main",
+        levels: bool = False,
+        allowed: str | None = None,
+        after: int = 0,
     ) -> dict[str, Any]:
         """Run on stored inputs and keep the outputs (and the float64 twin's) to compare against.
         With ``levels``, also run the model in each floating dtype below the task's and report
-        each one's precision ratio: what reduced precision looks like on this task and input;
+        each one's precision ratio: what reduced precision looks like on this task and input
+        (not with ``after``: the call after that many from the state as built, on a stateful task);
         with ``allowed`` (an ``allowance.OPERATIONS`` key), also what those operations at TF32 explain
         (``checks.allowance``), kept for the comparison, its level reported as ``allowed``."""
         model = self.model_in(slot)
         model64 = self.model64 if slot == "main" else self.slots64.get(slot)
         inputs = self.inputs[key]
-        with torch.no_grad():
-            out = model(*inputs)
-            sync(self.device)
+        out = self._call(model, inputs, after)
         out64, err64 = None, None
         if model64 is not None:
             try:
-                with torch.no_grad():
-                    out64 = model64(*[_cast(x, torch.float64) for x in inputs])
-                    sync(self.device)
+                out64 = self._call(model64, [_cast(x, torch.float64) for x in inputs], after)
             except Exception as exc:
                 err64 = f"{type(exc).__name__}: {exc}"
         self.expected[key] = (describe(out), describe(out64) if out64 is not None else None)
@@ -141,7 +169,8 @@ class ReferenceServer(WorkerServer):
             if allowed is not None:
                 if allowed not in OPERATIONS:
                     raise ValueError(f"no allowance for {allowed!r}")
-                found = calibrate(model, inputs, out, out64, OPERATIONS[allowed], secrets.randbits(62))
+                caller = self.built_states.calling(model)
+                found = calibrate(caller, inputs, out, out64, OPERATIONS[allowed], secrets.randbits(62))
                 self.allowances[key] = found
                 reply["precision_levels"]["allowed"] = found.level if found else None
         return reply
@@ -156,10 +185,8 @@ class ReferenceServer(WorkerServer):
                 continue
             try:
                 if name not in self.twins:
-                    self.twins[name] = _twin(self.model, dtype)
-                with torch.no_grad():
-                    low = self.twins[name](*[_cast(x, dtype) for x in inputs])
-                    sync(self.device)
+                    self.twins[name] = self._twin(self.model, dtype)
+                low = self._call(self.twins[name], [_cast(x, dtype) for x in inputs])
                 cast = [v.to(task_dtype) if isinstance(v, torch.Tensor) else v for v in flatten_outputs(low)]
                 found[name] = precision_ratio(cast, flatten_outputs(out), flatten_outputs(out64))
             except Exception:  # an op with no kernel for this dtype here: that level is unknown
@@ -211,19 +238,49 @@ class ReferenceServer(WorkerServer):
         return super().set_timing_inputs(keys, flush_bytes, lead_us)
 
     def _timed_float64(self, index: int) -> dict[str, Any] | None:
-        """The float64 twin's output on the inputs of call ``index`` of the last timed sample."""
-        twin = _twin(self.model, torch.float64)
+        """The float64 twin's output on the inputs of call ``index`` of the last timed sample; on
+        a stateful task, after the sample's calls before it, from the state as built."""
+        twin = self._twin(self.model, torch.float64)
         if twin is None:
             return None
+        calls = range(index + 1) if self.built_states.kept(twin) else [index]
         try:
             with torch.no_grad():
-                out64 = twin(*[_cast(x, torch.float64) for x in self.timed_inputs(index)])
+                for call in calls:
+                    out64 = twin(*[_cast(x, torch.float64) for x in self.timed_inputs(call)])
                 sync(self.device)
             return describe(out64)
         except Exception:  # a model with no float64 path: judged against fp32 alone
             return None
         finally:
             del twin
+
+    def _detection_inputs(self, seed: int) -> list[Any]:
+        """An input set from the task's get_inputs under the build's seed, on the device: trusted,
+        used for nothing but finding whether the task is stateful."""
+        torch.manual_seed(seed)
+        with self._on_device():
+            return [to_device(x, self.device) for x in self.module.get_inputs()]
+
+    def _call(self, model: Any, inputs: list[Any], after: int = 0) -> Any:
+        """One call from the state as built (a stateful task's; for others, the model as it is),
+        after ``after`` calls on the same inputs."""
+        self.built_states.restore(model)
+        with torch.no_grad():
+            for _ in range(after):
+                model(*inputs)
+            out = model(*inputs)
+            sync(self.device)
+        return out
+
+    def _twin(self, model: Any, dtype: torch.dtype) -> Any:
+        """A copy of ``model`` in ``dtype``, made from its state as built, and keeping that state
+        where the model keeps its own."""
+        self.built_states.restore(model)
+        twin = _twin(model, dtype)
+        if twin is not None and self.built_states.kept(model):
+            self.built_states.keep(twin)
+        return twin
 
     def before_timing(self, keys: list[str]) -> None:
         """The float64 model, the low-precision twins and the kept outputs leave the device (the

@@ -71,6 +71,10 @@ class WorkerPair:
     # The seed both main models' weights were re-drawn from (``promote``), or None: the weights
     # the init seed gave them.
     main_reinit: int | None = None
+    # The task's state attributes that move its output, where the reference found the task
+    # stateful (``process.model_state``): both sides' models then start every checked call and
+    # timed sample from their state as built. Only the reference's word sets it.
+    stateful: list[str] = field(default_factory=list)
     _input_digests: dict[str, list[Any]] = field(default_factory=dict)
     _out_bytes: dict[str, list[int]] = field(default_factory=dict)
     _ref_digests: dict[str, list[Any]] = field(default_factory=dict)
@@ -118,8 +122,35 @@ class WorkerPair:
         if reinit is not None:
             common["reinit"] = reinit
         if candidate:
-            return self.candidate(Command.BUILD, **common)
-        return self.reference(Command.BUILD, float64=self.config.tolerance.float64_reference, **common)
+            return self.candidate(Command.BUILD, keep_state=bool(self.stateful), **common)
+        reply = self.reference(Command.BUILD, float64=self.config.tolerance.float64_reference, **common)
+        self.stateful = list(reply.get("stateful") or [])
+        if self.ref is not None:
+            self.ref.stateful = self.stateful
+        return reply
+
+    def build_main_reference(self, args: list[Any], seed: int) -> None:
+        """The reference's main model. Where it finds the task stateful and the candidate's main
+        model was built without keeping its state (the first evaluation of the task on this
+        reference worker, before anyone knew), the candidate's is built again, keeping it; its
+        first calls are not made again (the checked calls pay for what they built)."""
+        kept = bool(self.stateful)
+        self.build_model(args, seed, "main", candidate=False)
+        if not self.stateful:
+            return
+        self.findings.append(
+            Finding(
+                "stateful_reference",
+                Severity.INFO,
+                Stage.CORRECTNESS,
+                f"the reference's forward changes its {', '.join(self.stateful)[:300]}, and its output "
+                "depends on it: every checked call and timed sample starts from the models' state as "
+                "built, on both sides (KernelBench compares the first call of freshly built models)",
+                {"state": self.stateful[:50]},
+            )
+        )
+        if not kept:
+            self.build_model(args, seed, "main", candidate=True)
 
     def make_inputs(
         self,
@@ -128,12 +159,13 @@ class WorkerPair:
         sizes: dict[str, int] | None = None,
         slot: str = "main",
         levels: bool = False,
+        after: int = 0,
     ) -> dict[str, Any]:
         """Both workers make the same inputs from a seed drawn here; the reference keeps its outputs
-        (and with ``levels`` calibrates what reduced precision looks like on them). Returns the
-        reference's reply to running on them."""
+        (and with ``levels`` calibrates what reduced precision looks like on them; ``after``:
+        see ``run_reference``). Returns the reference's reply to running on them."""
         self.same_inputs(Command.MAKE_INPUTS, key, seed=seed, key=key, sizes=sizes)
-        return self.run_reference(key, slot, levels)
+        return self.run_reference(key, slot, levels, after)
 
     def same_inputs(self, cmd: Command, label: str, **args: Any) -> dict[str, Any]:
         """Both workers make inputs (``cmd``) from the same arguments; their digests must agree.
@@ -164,13 +196,17 @@ class WorkerPair:
             )
         self._input_digests[key] = list(want)
 
-    def run_reference(self, key: str, slot: str = "main", levels: bool = False) -> dict[str, Any]:
+    def run_reference(
+        self, key: str, slot: str = "main", levels: bool = False, after: int = 0
+    ) -> dict[str, Any]:
         """The reference's outputs on set ``key``, kept in its worker; the reply says whether
-        they are all finite (``finite``)."""
+        they are all finite (``finite``). ``after`` (a stateful task's): the outputs of the call
+        after that many on the same set, from the state as built."""
         guards = self.config.guards
         allowed = tf32_allowance(guards.precision_policy, guards.conv_tf32, device_type(self.device))
+        args: dict[str, Any] = {"after": after} if after else {}
         r = self.reference(
-            Command.RUN, key=key, slot=slot, levels=levels, allowed=allowed if levels else None
+            Command.RUN, key=key, slot=slot, levels=levels, allowed=allowed if levels else None, **args
         )
         if "precision_levels" in r:
             self._levels[key] = PrecisionLevels.from_reply(r["precision_levels"])
@@ -180,13 +216,14 @@ class WorkerPair:
         self._ref_digests[key] = list(r.get("digest") or [])
         return r
 
-    def run_candidate(self, key: str, slot: str = "main", fresh: bool = True) -> Comparison:
+    def run_candidate(self, key: str, slot: str = "main", fresh: bool = True, after: int = 0) -> Comparison:
         """One checked candidate call on fresh copies of set ``key`` (or on the stored tensors
-        themselves), free memory poisoned first."""
+        themselves), free memory poisoned first; ``after``: as ``run_reference``'s."""
         assert self.cand is not None
         poison = self._out_bytes.get(key) if self.config.guards.poison else None
+        args: dict[str, Any] = {"after": after} if after else {}
         with self.hold():
-            raw = self.cand.request_raw(Command.RUN, key=key, slot=slot, poison=poison, fresh=fresh)
+            raw = self.cand.request_raw(Command.RUN, key=key, slot=slot, poison=poison, fresh=fresh, **args)
         observed = observation_findings(
             header(raw), self._input_digests.get(key), key, self.config.guards.process_state
         )

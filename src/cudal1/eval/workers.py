@@ -49,6 +49,9 @@ class ReferenceWorker:
         self._loaded = False
         self._fixed_init: list[Any] | None = None  # init inputs no seed changes (``init_args``)
         self._init_checked = False
+        # The task's state attributes that move its output (``process.model_state``), once a
+        # build found them; None before: a candidate built then is rebuilt if the task is stateful.
+        self.stateful: list[str] | None = None
 
     @property
     def loaded(self) -> bool:

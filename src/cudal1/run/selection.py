@@ -56,6 +56,7 @@ PHASE_PART: dict[DevicePhase, Part] = {
     "reference_build": "correctness",
     "check_inputs": "correctness",
     "check_calls": "correctness",
+    "state_carried": "correctness",
     "perturbation": "correctness",
     "reinitialised_weights": "correctness",
     "shifted_inputs": "correctness",

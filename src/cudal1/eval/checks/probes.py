@@ -5,6 +5,10 @@
   from the secret seed, on fresh storage. A result cache keyed by a content fingerprint (a few
   probed elements) or by address survives fresh allocations; it does not survive this, because
   the reference's output moves and the cached one does not (reward-hacks.md, "five hardest", 2).
+- State carried (``state_not_carried``, REJECT; in the correctness stage, on a stateful task
+  only: ``process.model_state``): every other checked call starts from the state the models were
+  built in, so a candidate that never updates its state would pass them; here both sides call
+  twice on one fresh set and the second call, from the state the first left, is compared.
 - Alternative shapes (``shape_specialised``, WARNING by default, ``guards.alternative_shapes``):
   one set with the task's module-level batch-size constant changed. KernelBench-style tasks fix
   their sizes, so a kernel specialised to them is legitimate there; it is flagged for audit,
@@ -68,6 +72,7 @@ from cudal1.eval.process.sandbox import RemoteError, WorkerError
 from cudal1.schema import Finding, Severity, Stage, Task
 
 PERTURBED, SHIFTED, SHAPES, INIT, WEIGHTS = "perturbed", "shifted", "shapes", "init", "weights"
+STATE = "state"
 
 
 class ProbeTarget(Protocol):
@@ -76,6 +81,7 @@ class ProbeTarget(Protocol):
     task: Task
     config: EvalConfig
     main_reinit: int | None  # the seed the main models' weights were re-drawn from, if they were
+    stateful: list[str]  # the reference's state attributes, where the task is stateful
 
     @property
     def findings(self) -> list[Finding]: ...
@@ -94,11 +100,16 @@ class ProbeTarget(Protocol):
         sizes: dict[str, int] | None = None,
         slot: str = "main",
         levels: bool = False,
+        after: int = 0,
     ) -> dict[str, Any]: ...
     def same_inputs(self, cmd: Command, label: str, **args: Any) -> dict[str, Any]: ...
     def check_inputs(self, want: list[Any], got: list[Any], key: str) -> None: ...
-    def run_reference(self, key: str, slot: str = "main", levels: bool = False) -> dict[str, Any]: ...
-    def run_candidate(self, key: str, slot: str = "main", fresh: bool = True) -> Comparison: ...
+    def run_reference(
+        self, key: str, slot: str = "main", levels: bool = False, after: int = 0
+    ) -> dict[str, Any]: ...
+    def run_candidate(
+        self, key: str, slot: str = "main", fresh: bool = True, after: int = 0
+    ) -> Comparison: ...
     def outputs_changed(self, key: str, other: str) -> tuple[bool, bool]: ...
     def forget(self, keys: list[str], slots: list[str] | None = None) -> None: ...
 
@@ -166,6 +177,25 @@ def sparse_perturbation(ev: ProbeTarget, key: str, seed: int) -> None:
             )
         )
     raise StageFailed(Stage.CORRECTNESS, f"sparsely perturbed input set: {cmp.message}")
+
+
+def state_carried(ev: ProbeTarget, seed: int) -> None:
+    """Raises StageFailed (correctness) with a ``state_not_carried`` finding when the candidate's
+    second call, from the state its first left, is wrong."""
+    ev.make_inputs(seed, STATE, after=1)
+    problem = _candidate_problem(ev, STATE, after=1)
+    _note(ev, "state", ok=problem is None, state=ev.stateful[:50])
+    ev.forget([STATE])
+    if problem is None:
+        return
+    message = (
+        f"the reference's forward changes its {', '.join(ev.stateful)[:300]} and the next call "
+        f"depends on it; the candidate's second call from the state as built is wrong ({problem})"
+    )
+    ev.findings.append(
+        probe_finding("state_not_carried", Severity.REJECT, message[:2000], {"problem": problem[:2000]})
+    )
+    raise StageFailed(Stage.CORRECTNESS, f"second call from the state the first left: {problem}")
 
 
 def shifted_inputs(ev: ProbeTarget, key: str) -> None:
@@ -251,10 +281,10 @@ def _weights_finding(problem: str, redrawn: list[str], unmapped: list[str]) -> F
     return probe_finding("default_weights_assumed", Severity.REJECT, message[:2000], evidence)
 
 
-def _candidate_problem(ev: ProbeTarget, key: str, slot: str = "main") -> str | None:
+def _candidate_problem(ev: ProbeTarget, key: str, slot: str = "main", after: int = 0) -> str | None:
     """What is wrong with the candidate's output on set ``key``, or None; a crash is wrong too."""
     try:
-        cmp = ev.run_candidate(key, slot=slot)
+        cmp = ev.run_candidate(key, slot=slot, after=after)
     except RemoteError as exc:
         return str(exc)
     return None if cmp.ok else cmp.message
@@ -369,7 +399,7 @@ def perturbed_init_inputs(ev: ProbeTarget, seed: int, init_args: list[Any], init
 
 
 def probe_finding(code: str, severity: Severity, message: str, evidence: dict[str, Any]) -> Finding:
-    """Findings of the behavioural probes: ``ignores_input_change``, ``input_range_assumed``,
+    """Findings of the behavioural probes: ``state_not_carried``, ``ignores_input_change``, ``input_range_assumed``,
     ``default_weights_assumed``, ``default_weights_unmapped``, ``probe_skipped`` (INFO),
     ``shape_specialised``, ``init_inputs_ignored``."""
     return Finding(code, severity, Stage.INTEGRITY, message, evidence)

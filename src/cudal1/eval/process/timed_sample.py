@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from cudal1.eval.process import lead, state, timer_guard
+from cudal1.eval.process.model_state import BuiltStates
 from cudal1.eval.process.wire import DigestBatch, flatten_outputs
 
 
@@ -43,6 +44,8 @@ class TimedSampler:
         self.timed_outputs: list[Any] = []
         self.flush_buffer: torch.Tensor | None = None
         self.lead_us = 0.0  # the default lead (set_timing_inputs)
+        # A stateful task's models as built, put back before each sample (``prepare``).
+        self.built_states = BuiltStates()
 
     def set_timing_inputs(self, keys: list[str], flush_bytes: int, lead_us: float = 0.0) -> dict[str, Any]:
         """Both sides enter timing with the same memory picture: what only one side keeps leaves
@@ -108,8 +111,10 @@ class TimedSampler:
         }
 
     def prepare(self) -> dict[str, Any]:
-        """Right before a sample, outside every clock."""
+        """Right before a sample, outside every clock. A stateful task's model starts each
+        sample from its state as built (``model_state``), after the untimed call."""
         if self.device.type != "cuda":
+            self.built_states.restore(self.model)
             # CPU: both sides start from caches that hold neither's data. Without this, the side
             # that made its inputs last (the candidate: the reference makes them first) found them
             # in cache, and identical code timed 3-8% faster as the candidate.
@@ -122,6 +127,7 @@ class TimedSampler:
         # Synchronised, so that no work of a candidate's spills from here into the next sample.
         with torch.no_grad():
             self.model(*self.warm_sets[0])
+        self.built_states.restore(self.model)
         sync(self.device)
         return {}
 

@@ -127,11 +127,19 @@ class WorkerServer(TimedSampler):
         return {"digest": [digest(x) if isinstance(x, torch.Tensor) else None for x in inputs]}
 
     def build(
-        self, args: list[Any], seed: int, device: str, slot: str = "main", reinit: int | None = None
+        self,
+        args: list[Any],
+        seed: int,
+        device: str,
+        slot: str = "main",
+        reinit: int | None = None,
+        keep_state: bool = False,
     ) -> dict[str, Any]:
         """Build the model (``slot`` "main"), or a probe's second model beside it (another slot);
         ``reinit``: with its weights re-drawn from that seed (``probe_values.reinitialised``),
-        and the reply names them (``redrawn``)."""
+        and the reply names them (``redrawn``); ``keep_state`` (the trusted side's word: the
+        task is stateful): its state as built is kept, and put back before every checked call
+        and timed sample (``model_state``)."""
         self.device = torch.device(device)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
@@ -147,6 +155,8 @@ class WorkerServer(TimedSampler):
                 redraws.model_done(model)
             redrawn = redraws.keys
         model = model.to(self.device) if isinstance(model, torch.nn.Module) else model
+        if keep_state:
+            self.built_states.keep(model)
         self.keep_model(slot, model)
         return {**self.built(model), "redrawn": redrawn}
 
@@ -272,16 +282,27 @@ class CandidateServer(WorkerServer):
         return {"outputs": describe(self.timed_outputs[index])}
 
     def run(
-        self, key: str, slot: str = "main", poison: list[int] | None = None, fresh: bool = True
+        self,
+        key: str,
+        slot: str = "main",
+        poison: list[int] | None = None,
+        fresh: bool = True,
+        after: int = 0,
     ) -> dict[str, Any]:
         """A checked call whose outputs go back to the evaluator, which forwards them to the
         reference for comparison. The call gets its inputs at a new address (the stored ones
         stay alive, so id()/data_ptr() caches miss) unless ``fresh`` is off (the in-place
-        perturbation probe), with free memory ``poison``ed (see ``state.poisoned``)."""
+        perturbation probe), with free memory ``poison``ed (see ``state.poisoned``). A stateful
+        task's model starts from its state as built, and with ``after`` the checked call is the
+        one after that many calls on the same inputs (``model_state``)."""
         model = self.model_in(slot)
         inputs = self.inputs[key]
         if fresh:
             inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        self.built_states.restore(model)
+        with torch.no_grad():
+            for _ in range(after):
+                model(*inputs)
         threads, rng = threading.active_count(), state.rng_digest()
         with state.poisoned(self.device, poison) if poison else contextlib.nullcontext(), torch.no_grad():
             out = model(*inputs)

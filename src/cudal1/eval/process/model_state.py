@@ -1,0 +1,154 @@
+"""A model's state as built, for tasks whose forward changes it (KernelBench L3_33/L3_34, the
+vanilla RNN: ``self.hidden = tanh(i2h(cat(x, self.hidden)))``).
+
+Such a task's output depends on how often its model was called before, and the two workers call
+theirs a different number of times (the reference's float64 twin and precision calibration, the
+candidate's first calls, warm-ups, probes). The function the task defines is the one KernelBench's
+harness compares: the first call of a freshly built model. So, where the trusted reference's
+worker finds its task stateful (``stateful_attributes``, once per task), both workers keep their
+models' state as built (``BuiltState``) and put it back before every checked call and before each
+timed sample, outside every clock; within a sample the K calls evolve the state alike on both
+sides, so timed call j is compared with the reference's call j.
+
+The state is what a forward can replace or change without touching a parameter: every tensor (or
+``None``) held as a plain attribute of a module of the tree, and every buffer. What is not
+covered: state held elsewhere (a list, a dict, a Python number, a C++ extension object, the
+task's module globals), and a change that shows in the output only after more than one call.
+A candidate that keeps its state elsewhere is not restored, and its outputs are judged as they
+come: its own loss. Which side is stateful is never the candidate's word: the trusted side tells
+its worker (``keep_state`` on ``build``).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from cudal1.eval.process.wire import flatten_outputs
+
+Slot = tuple[torch.nn.Module, str]  # a module of the tree and one of its attribute names
+
+
+class BuiltStates:
+    """A worker's built states, by model: kept for a model while it lives (``keep``), put back
+    before a call (``restore``). Empty for a stateless task, where ``restore`` is one test."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, BuiltState] = {}
+
+    def keep(self, model: Any) -> None:
+        if isinstance(model, torch.nn.Module):
+            self._by_id[id(model)] = BuiltState(model)
+            weakref.finalize(model, self._by_id.pop, id(model), None)
+
+    def restore(self, model: Any) -> None:
+        if self._by_id:
+            built = self._by_id.get(id(model))
+            if built is not None and built.model() is model:
+                built.restore()
+
+    def calling(self, model: Any) -> Any:
+        """``model`` itself, or where its state is kept, a callable that restores it before
+        each call (for code that calls a model several times: ``checks.allowance.calibrate``)."""
+        if not self.kept(model):
+            return model
+
+        def call(*args: Any) -> Any:
+            self.restore(model)
+            return model(*args)
+
+        return call
+
+    def kept(self, model: Any) -> bool:
+        built = self._by_id.get(id(model))
+        return built is not None and built.model() is model
+
+
+def _state_slots(model: Any) -> Iterator[tuple[str, Slot, torch.Tensor | None]]:
+    """(label, (module, name), value) for every plain tensor-or-None attribute and buffer."""
+    if not isinstance(model, torch.nn.Module):
+        return
+    for path, module in model.named_modules():
+        prefix = f"{path}." if path else ""
+        for name, value in list(vars(module).items()) + list(module._buffers.items()):
+            # None only where a forward could set it: nn.Module's own slots (``_compiled_call_impl``)
+            # start with an underscore and are not state.
+            tensor = isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter)
+            if tensor or (value is None and (name in module._buffers or not name.startswith("_"))):
+                yield prefix + name, (module, name), value
+
+
+class BuiltState:
+    """Copies of a model's state tensors, taken right after it was built. It refers to the model's
+    modules weakly: a model dropped by its worker takes nothing of this with it."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = weakref.ref(model) if isinstance(model, torch.nn.Module) else lambda: None
+        self.saved: dict[str, tuple[weakref.ref[torch.nn.Module], str, torch.Tensor | None]] = {
+            label: (weakref.ref(module), name, None if value is None else value.detach().clone())
+            for label, (module, name), value in _state_slots(model)
+        }
+
+    def restore(self) -> None:
+        """Every state attribute back to its value as built, each in fresh memory: an output a
+        previous call returned may be the very tensor it replaces (L3_34 returns its hidden
+        state), and kept outputs must not change."""
+        for ref, name, value in self.saved.values():
+            module = ref()
+            if module is not None:
+                setattr(module, name, None if value is None else value.clone())
+
+    def changed(self, model: Any) -> list[str]:
+        """Labels of the state attributes that are no longer what was saved (replaced, written,
+        set, reshaped)."""
+        now = {label: value for label, _, value in _state_slots(model)}
+        found = []
+        for label, (_, _, saved) in self.saved.items():
+            value = now.get(label)
+            if not _same(saved, value):
+                found.append(label)
+        return found
+
+
+def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b.to(a.device)))
+
+
+def same_outputs(a: Any, b: Any) -> bool:
+    """Two calls' outputs are bit for bit the same."""
+    left, right = flatten_outputs(a), flatten_outputs(b)
+    if len(left) != len(right):
+        return False
+    for x, y in zip(left, right, strict=True):
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return False
+        if isinstance(x, torch.Tensor):
+            if not (x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def stateful_attributes(model: Any, make_inputs: Callable[[], list[Any]]) -> list[str]:
+    """The state attributes whose change moved the model's output: two calls on the same inputs
+    (``make_inputs``'), the second from the state the first left. Empty for a stateless model, and
+    for one whose state changes without moving its output (a training-mode batch norm's running
+    statistics), which is judged as before; a model with no state attribute at all is not
+    called. Leaves the model's state as built. A nondeterministic model whose state changes
+    reads as stateful: that costs restores, never a wrong verdict."""
+    built = BuiltState(model)
+    if not built.saved:
+        return []
+    inputs = make_inputs()
+    with torch.no_grad():
+        first = model(*inputs)
+        changed = built.changed(model)
+        moved = bool(changed) and not same_outputs(first, model(*inputs))
+    built.restore()
+    return changed if moved else []
