@@ -185,3 +185,19 @@ def test_the_state_is_put_back_in_fresh_memory():
     assert torch.equal(model.hidden, torch.ones(2)) and torch.equal(returned, torch.full((2,), 3.0))
     del model
     assert not states._by_id  # a dropped model takes its copies with it
+
+
+def test_the_state_is_put_back_where_the_forward_left_it():
+    """State made on the CPU and moved by the first forward (KernelBench's RNN) goes back on the
+    device it was moved to, so no timed call of either side copies it there again (the meta
+    device stands in for a GPU)."""
+    model = torch.nn.Module()
+    model.hidden = torch.ones(2)
+    states = BuiltStates()
+    states.keep(model)
+    model.hidden = torch.zeros(2, device="meta")  # what `self.hidden.to(x.device)` left
+    states.restore(model)
+    assert model.hidden.device.type == "meta" and model.hidden.shape == (2,)
+    model.hidden = torch.full((2,), 5.0)  # back on the CPU: restored there, with its value
+    states.restore(model)
+    assert torch.equal(model.hidden, torch.ones(2))

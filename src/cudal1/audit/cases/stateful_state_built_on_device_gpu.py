@@ -20,7 +20,8 @@ same random draw): no copy, no wait, its K calls run back to back behind the spi
 launch-bound RNN it should read a speedup of the reference's host time over its GPU time for no
 change in the work. Expected of the evaluator: no speedup beyond the A-vs-A bracket, e.g. by
 restoring the state onto the device where the model's forward left it (or measuring the reference
-from a state already on the device).
+from a state already on the device). Mended the same day that way (``BuiltState.restore``); still
+pending until a GPU run confirms it.
 """
 
 import torch

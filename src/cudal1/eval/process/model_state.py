@@ -95,11 +95,23 @@ class BuiltState:
     def restore(self) -> None:
         """Every state attribute back to its value as built, each in fresh memory: an output a
         previous call returned may be the very tensor it replaces (L3_34 returns its hidden
-        state), and kept outputs must not change."""
+        state), and kept outputs must not change. On the device where the attribute is now:
+        KernelBench's RNN makes its state on the CPU and its forward moves it to the input's
+        device, and ``Module.to`` leaves plain attributes where they are. Put back on the CPU,
+        the reference's first timed call of every sample would copy it to the GPU inside its
+        clock, a wait a candidate that made its state on the device never pays (red team
+        2026-11-26, ``stateful_state_built_on_device_gpu``); the copy here is outside every
+        clock."""
         for ref, name, value in self.saved.values():
             module = ref()
-            if module is not None:
-                setattr(module, name, None if value is None else value.clone())
+            if module is None:
+                continue
+            if value is None:
+                setattr(module, name, None)
+                continue
+            now = getattr(module, name, None)
+            where = now.device if isinstance(now, torch.Tensor) else value.device
+            setattr(module, name, value.to(where, copy=True))
 
     def changed(self, model: Any) -> list[str]:
         """Labels of the state attributes that are no longer what was saved (replaced, written,
