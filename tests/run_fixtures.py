@@ -107,7 +107,7 @@ def eval_data(tmp_path: Path) -> dict[str, Any]:
             "budget_s": 0.5,
             "bootstrap_resamples": 100,
         },
-        "sandbox": {"call_timeout_s": 8, "import_timeout_s": 60},
+        "sandbox": {"call_timeout_s": 8, "first_calls_timeout_s": 8, "import_timeout_s": 60},
     }
 
 

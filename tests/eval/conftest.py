@@ -62,5 +62,5 @@ def fast_config(tmp_path) -> EvalConfig:
         correctness_trials=5,
         build_cache=tmp_path / "builds",
         timing=TimingConfig(warmup_ms=2, min_samples=5, max_samples=12, budget_s=2, bootstrap_resamples=200),
-        sandbox=SandboxConfig(call_timeout_s=8, import_timeout_s=60),
+        sandbox=SandboxConfig(call_timeout_s=8, first_calls_timeout_s=8, import_timeout_s=60),
     )

@@ -13,7 +13,11 @@ from cudal1.schema import Stage
 def config(fast_config):
     """Room for a worker's start on a loaded machine: these tests are about messages, not time."""
     return fast_config.model_copy(
-        update={"sandbox": fast_config.sandbox.model_copy(update={"call_timeout_s": 60})}
+        update={
+            "sandbox": fast_config.sandbox.model_copy(
+                update={"call_timeout_s": 60, "first_calls_timeout_s": 60}
+            )
+        }
     )
 
 

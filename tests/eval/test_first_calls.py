@@ -21,7 +21,11 @@ RIGHT = "        return torch.relu(self.lin(x))"
 def fast_config(fast_config):
     """No test here waits for a timeout: room for worker start-up on a loaded machine."""
     return fast_config.model_copy(
-        update={"sandbox": fast_config.sandbox.model_copy(update={"call_timeout_s": 60})}
+        update={
+            "sandbox": fast_config.sandbox.model_copy(
+                update={"call_timeout_s": 60, "first_calls_timeout_s": 60}
+            )
+        }
     )
 
 
@@ -133,12 +137,17 @@ def test_first_calls_get_their_own_time_limit_and_its_failure_says_so(
     sandbox = fast_config.sandbox.model_copy(
         update={"call_timeout_s": 3, "first_calls_timeout_s": first_calls_s}
     )
-    result = evaluate(task, _slow_first_call(candidate, 4), fast_config.model_copy(update={"sandbox": sandbox}))
+    result = evaluate(
+        task, _slow_first_call(candidate, 4), fast_config.model_copy(update={"sandbox": sandbox})
+    )
     if ok:
         assert result.ok, result.error
         return
     assert result.failed_stage is Stage.LOAD
-    assert why_not_ok(result) == f"load stage: candidate worker timed out after {first_calls_s}s during first_calls"
+    assert (
+        why_not_ok(result)
+        == f"load stage: candidate worker timed out after {first_calls_s}s during first_calls"
+    )
 
 
 def test_constant_init_inputs_are_served_without_the_reference_lock(fast_config):
