@@ -9,44 +9,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from cudal1.audit import cases_dir
 from cudal1.eval.pool import EvalPool, evaluate
 from cudal1.eval.process.model_state import BuiltStates, stateful_attributes
 from cudal1.eval.process.protocol import Command
 from cudal1.eval.process.sandbox import WorkerProcess
 from cudal1.schema import Severity, Stage, Task
 
-RNN = """
-import torch
-import torch.nn as nn
-
-batch_size = 4
-input_size = 24
-hidden_size = 16
-output_size = 8
-
-
-class Model(nn.Module):
-    def __init__(self, input_size, hidden_size, output_size):
-        super().__init__()
-        self.hidden = torch.randn((batch_size, hidden_size))
-        self.i2h = nn.Linear(input_size + hidden_size, hidden_size)
-        self.h2o = nn.Linear(hidden_size, output_size)
-        self.tanh = nn.Tanh()
-
-    def forward(self, x):
-        self.hidden = self.hidden.to(x.device)
-        combined = torch.cat((x, self.hidden), dim=1)
-        self.hidden = self.tanh(self.i2h(combined))
-        return self.h2o(self.hidden)
-
-
-def get_inputs():
-    return [torch.randn(batch_size, input_size)]
-
-
-def get_init_inputs():
-    return [input_size, hidden_size, output_size]
-"""
+# The audit cases' stateful task: KernelBench L3_33 at CPU-small sizes.
+RNN = (cases_dir() / "tasks" / "vanilla_rnn.py").read_text()
 
 AS_REFERENCE = RNN.replace("class Model(", "class ModelNew(")
 
