@@ -265,10 +265,8 @@ class ReferenceServer(WorkerServer):
     def _call(self, model: Any, inputs: list[Any], after: int = 0) -> Any:
         """One call from the state as built (a stateful task's; for others, the model as it is),
         after ``after`` calls on the same inputs."""
-        self.built_states.restore(model)
+        self.from_built(model, inputs, after)
         with torch.no_grad():
-            for _ in range(after):
-                model(*inputs)
             out = model(*inputs)
             sync(self.device)
         return out

@@ -126,6 +126,15 @@ class WorkerServer(TimedSampler):
         self.inputs[key] = inputs
         return {"digest": [digest(x) if isinstance(x, torch.Tensor) else None for x in inputs]}
 
+    def from_built(self, model: Any, inputs: list[Any], after: int = 0) -> None:
+        """A stateful task's model back to its state as built, then ``after`` calls on ``inputs``:
+        where the checked call that follows starts (``model_state``). Other tasks' models are
+        left as they are."""
+        self.built_states.restore(model)
+        with torch.no_grad():
+            for _ in range(after):
+                model(*inputs)
+
     def build(
         self,
         args: list[Any],
@@ -299,10 +308,7 @@ class CandidateServer(WorkerServer):
         inputs = self.inputs[key]
         if fresh:
             inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-        self.built_states.restore(model)
-        with torch.no_grad():
-            for _ in range(after):
-                model(*inputs)
+        self.from_built(model, inputs, after)
         threads, rng = threading.active_count(), state.rng_digest()
         with state.poisoned(self.device, poison) if poison else contextlib.nullcontext(), torch.no_grad():
             out = model(*inputs)

@@ -277,8 +277,7 @@ def measure_paired(
 def reproducibility_floor(ref_ms: list[float], cfg: TimingConfig) -> float:
     """The between-process floor for calls as long as the reference's (per call, ms): two processes
     running the same short call differ by more than two running a long one."""
-    ordered = sorted(ref_ms)
-    short = bool(ordered) and ordered[len(ordered) // 2] < cfg.short_call_ms
+    short = stats.median(ref_ms) < cfg.short_call_ms  # no samples: nan, the long calls' floor
     return cfg.reproducibility_floor_short if short else cfg.reproducibility_floor
 
 
