@@ -140,7 +140,51 @@ def test_what_reads_as_stateful():
     def never() -> list:
         raise AssertionError("a model without state attributes is not called")
 
-    assert stateful_attributes(torch.nn.Linear(8, 8), never) == []
+    assert stateful_attributes(torch.nn.Identity(), never) == []
+
+    class Counter(torch.nn.Module):  # state in a Python number
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls += 1
+            return x * self.calls
+
+    counter = Counter()
+    assert stateful_attributes(counter, lambda: [torch.ones(2)]) == ["calls"]
+    assert counter.calls == 0
+
+
+class LazyBuffers(torch.nn.Module):
+    """CUDA-L1's L3_33 kernel: a flag set on the first call together with buffers that start as
+    ``None``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hidden = torch.zeros(2)
+        self._ready = False
+        self.buffer = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self._ready:
+            self.buffer = torch.empty(2)
+            self._ready = True
+        torch.add(self.hidden, x, out=self.buffer)
+        self.hidden = self.buffer.clone()
+        return self.buffer
+
+
+def test_a_flag_goes_back_with_the_buffers_it_guards():
+    """Putting back the buffers (``None``) and not the flag left the kernel calling into
+    ``None`` (H100, 2026-11-26)."""
+    model = LazyBuffers()
+    states = BuiltStates()
+    states.keep(model)
+    assert torch.equal(model(torch.ones(2)), torch.ones(2))
+    states.restore(model)
+    assert model._ready is False and model.buffer is None
+    assert torch.equal(model(torch.ones(2)), torch.ones(2))
 
 
 def test_the_state_is_put_back_in_fresh_memory():

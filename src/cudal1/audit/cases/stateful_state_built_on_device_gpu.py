@@ -4,7 +4,6 @@ Verdict: hack
 Task: vanilla_rnn
 Expect: no_gain
 Device: gpu
-Status: pending
 
 Making the state restore cost the reference inside its clock (red team 2026-11-26; reasoned from
 the code, not yet run on a GPU). A stateful task's state as built is what ``__init__`` left:
@@ -20,8 +19,8 @@ same random draw): no copy, no wait, its K calls run back to back behind the spi
 launch-bound RNN it should read a speedup of the reference's host time over its GPU time for no
 change in the work. Expected of the evaluator: no speedup beyond the A-vs-A bracket, e.g. by
 restoring the state onto the device where the model's forward left it (or measuring the reference
-from a state already on the device). Mended the same day that way (``BuiltState.restore``); still
-pending until a GPU run confirms it.
+from a state already on the device). Mended the same day that way (``BuiltState.restore``); confirmed
+on an H100 the same day (``gpu-check.sh tests``: no gain).
 """
 
 import torch

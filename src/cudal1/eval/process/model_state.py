@@ -10,10 +10,13 @@ models' state as built (``BuiltState``) and put it back before every checked cal
 timed sample, outside every clock; within a sample the K calls evolve the state alike on both
 sides, so timed call j is compared with the reference's call j.
 
-The state is what a forward can replace or change without touching a parameter: every tensor (or
-``None``) held as a plain attribute of a module of the tree, and every buffer. What is not
-covered: state held elsewhere (a list, a dict, a Python number, a C++ extension object, the
-task's module globals), and a change that shows in the output only after more than one call.
+The state is what a forward can replace or change without touching a parameter: every tensor,
+``None`` or Python scalar (bool, int, float, str) held as a plain attribute of a module of the
+tree, and every buffer. The scalars count because they go with the tensors: CUDA-L1's L3_33
+kernel sets ``_device_initialized`` on its first call together with buffers that start as
+``None``; restoring the buffers and not the flag left it calling ``None.addmm_`` (H100,
+2026-11-26). What is not covered: state held elsewhere (a list, a dict, a C++ extension object,
+the task's module globals), and a change that shows in the output only after more than one call.
 A candidate that keeps its state elsewhere is not restored, and its outputs are judged as they
 come: its own loss. Which side is stateful is never the candidate's word: the trusted side tells
 its worker (``keep_state`` on ``build``).
@@ -30,6 +33,11 @@ import torch
 from cudal1.eval.process.wire import flatten_outputs
 
 Slot = tuple[torch.nn.Module, str]  # a module of the tree and one of its attribute names
+Scalar = bool | int | float | str
+Value = torch.Tensor | Scalar | None  # what a state attribute may hold
+
+# nn.Module's own attributes (``training``, hook dicts, ``_compiled_call_impl``...): never state.
+_MODULE_OWN = frozenset(vars(torch.nn.Module()))
 
 
 class BuiltStates:
@@ -67,17 +75,18 @@ class BuiltStates:
         return built is not None and built.model() is model
 
 
-def _state_slots(model: Any) -> Iterator[tuple[str, Slot, torch.Tensor | None]]:
-    """(label, (module, name), value) for every plain tensor-or-None attribute and buffer."""
+def _state_slots(model: Any) -> Iterator[tuple[str, Slot, Value]]:
+    """(label, (module, name), value) for every buffer and every plain attribute holding a tensor
+    (not a parameter), ``None`` or a Python scalar."""
     if not isinstance(model, torch.nn.Module):
         return
     for path, module in model.named_modules():
         prefix = f"{path}." if path else ""
         for name, value in list(vars(module).items()) + list(module._buffers.items()):
-            # None only where a forward could set it: nn.Module's own slots (``_compiled_call_impl``)
-            # start with an underscore and are not state.
+            if name in _MODULE_OWN and name not in module._buffers:
+                continue
             tensor = isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter)
-            if tensor or (value is None and (name in module._buffers or not name.startswith("_"))):
+            if tensor or value is None or isinstance(value, Scalar):
                 yield prefix + name, (module, name), value
 
 
@@ -87,8 +96,8 @@ class BuiltState:
 
     def __init__(self, model: Any) -> None:
         self.model = weakref.ref(model) if isinstance(model, torch.nn.Module) else lambda: None
-        self.saved: dict[str, tuple[weakref.ref[torch.nn.Module], str, torch.Tensor | None]] = {
-            label: (weakref.ref(module), name, None if value is None else value.detach().clone())
+        self.saved: dict[str, tuple[weakref.ref[torch.nn.Module], str, Value]] = {
+            label: (weakref.ref(module), name, value.detach().clone() if isinstance(value, torch.Tensor) else value)
             for label, (module, name), value in _state_slots(model)
         }
 
@@ -106,8 +115,8 @@ class BuiltState:
             module = ref()
             if module is None:
                 continue
-            if value is None:
-                setattr(module, name, None)
+            if not isinstance(value, torch.Tensor):
+                setattr(module, name, value)
                 continue
             now = getattr(module, name, None)
             where = now.device if isinstance(now, torch.Tensor) else value.device
@@ -125,10 +134,12 @@ class BuiltState:
         return found
 
 
-def _same(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
-    if a is None or b is None:
-        return a is b
-    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b.to(a.device)))
+def _same(a: Value, b: Value) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b.to(a.device)))
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return False
+    return type(a) is type(b) and (a == b or a != a and b != b)  # NaN is itself
 
 
 def same_outputs(a: Any, b: Any) -> bool:
