@@ -97,7 +97,11 @@ class BuiltState:
     def __init__(self, model: Any) -> None:
         self.model = weakref.ref(model) if isinstance(model, torch.nn.Module) else lambda: None
         self.saved: dict[str, tuple[weakref.ref[torch.nn.Module], str, Value]] = {
-            label: (weakref.ref(module), name, value.detach().clone() if isinstance(value, torch.Tensor) else value)
+            label: (
+                weakref.ref(module),
+                name,
+                value.detach().clone() if isinstance(value, torch.Tensor) else value,
+            )
             for label, (module, name), value in _state_slots(model)
         }
 
