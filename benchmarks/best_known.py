@@ -18,6 +18,9 @@ evaluator in the same run. Each
 task's row gives every competitor's speedup over eager, the kernel cudal1 keeps (its final
 re-evaluation, with its interval and provenance chain), and the winner. ``--resume`` continues a
 run that a time limit or a kill stopped (the optimize run is resumable; nothing is measured twice).
+Under a hard time limit, ``--session-s`` stops starting evaluations early enough for those under
+way to finish: a kill cancels them, and a torch.compile max-autotune build of a level-3 task can
+take five minutes (H100, 2026-11-26: each of three calls cancelled up to 8 evaluations).
 
 The summary states: geometric means over eager and over each task's best torch.compile mode, the
 tasks where cudal1's kept kernel is below the best of {torch.compile modes, CUDA graph, the
@@ -219,7 +222,8 @@ def compare_run(run_dir: Path, bench_wall_s: float | None = None) -> tuple[list[
     facts = {
         **throughput_facts(evaluations, devices, bench_wall_s, record.wall_s),
         "gpu_seconds": round(record.gpu_seconds, 1),
-        "complete": record.complete,
+        # A session a --session-s limit stopped is not the run's end, though optimize closed it.
+        "complete": record.complete and not record.stop_reason,
     }
     return comparisons, facts
 
@@ -398,6 +402,8 @@ def optimize_command(args: argparse.Namespace, tasks_file: Path, run: Path) -> l
     ]
     if args.workers:
         command += ["--set", f"pool.workers={args.workers}"]
+    if args.session_s:
+        command += ["--set", f"budget.max_wall_s={args.session_s}"]
     if args.a_vs_a:
         command.append("--a-vs-a")
     if args.resume and (run / "candidates.db").exists():
@@ -438,6 +444,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--set", action="append", help="more optimize config overrides")
     ap.add_argument("--resume", action="store_true", help="continue the run in --run")
+    ap.add_argument(
+        "--session-s",
+        type=float,
+        default=0.0,
+        help="start no evaluation after this many seconds; those under way finish and are kept "
+        "(a call with a hard time limit loses none of its work); --resume goes on",
+    )
     ap.add_argument(
         "--a-vs-a",
         action="store_true",

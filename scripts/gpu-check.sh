@@ -56,10 +56,16 @@ if [[ $what == verify ]]; then
 fi
 if [[ $what == best-known ]]; then
   # Stop a little before the device tool's 10-minute limit so the run directory still comes back.
-  # SIGINT first (optimize stops and keeps what it stored); SIGKILL 45 s later if evaluations in
-  # flight hold it up (the database stays consistent; only those evaluations are lost).
-  COLUMNS=${COLUMNS:-160} timeout -s INT -k 45 "${BEST_KNOWN_S:-450}" python3 benchmarks/best_known.py \
-    .data/cuda-l1-h100.jsonl --run runs/best-known --resume --json "$OUT/best-known.json" "$@" \
+  # No evaluation starts after BEST_KNOWN_SESSION_S (3/5 of BEST_KNOWN_S), so that those under way
+  # (a max-autotune build of a level-3 task takes up to 5 minutes) finish and are kept. SIGINT at
+  # BEST_KNOWN_S (optimize stops and keeps what it stored; what is still in flight is lost);
+  # SIGKILL 45 s later if evaluations in flight hold it up (the database stays consistent).
+  # Candidates may hold 12 GB (BEST_KNOWN_MEM_GB), not the default share of 64 GB among 8 workers:
+  # at 7 GB, every torch.compile mode and the CUDA graph of L3_31 failed for memory (H100).
+  limit=${BEST_KNOWN_S:-450}
+  COLUMNS=${COLUMNS:-160} timeout -s INT -k 45 "$limit" python3 benchmarks/best_known.py \
+    .data/cuda-l1-h100.jsonl --run runs/best-known --resume --json "$OUT/best-known.json" \
+    --session-s "${BEST_KNOWN_SESSION_S:-$((limit * 3 / 5))}" --set "eval.sandbox.memory_limit_gb=${BEST_KNOWN_MEM_GB:-12}" "$@" \
     2>&1 | tee "$OUT/best-known.log"
   rc=${PIPESTATUS[0]}
   python3 benchmarks/best_known.py .data/cuda-l1-h100.jsonl --run runs/best-known --report-only \

@@ -127,11 +127,31 @@ def test_the_a_vs_a_mode_runs_optimize_with_its_flag(tmp_path):
     from best_known import optimize_command
 
     args = argparse.Namespace(
-        budget_s=1.0, final_budget_s=3.0, workers=6, resume=False, set=None, a_vs_a=True
+        budget_s=1.0, final_budget_s=3.0, workers=6, resume=False, set=None, a_vs_a=True, session_s=0.0
     )
-    assert "--a-vs-a" in optimize_command(args, tmp_path / "t.jsonl", tmp_path / "run")
-    args.a_vs_a = False
-    assert "--a-vs-a" not in optimize_command(args, tmp_path / "t.jsonl", tmp_path / "run")
+    command = optimize_command(args, tmp_path / "t.jsonl", tmp_path / "run")
+    assert "--a-vs-a" in command and not any(a.startswith("budget.max_wall_s") for a in command)
+    args.a_vs_a, args.session_s = False, 300.0
+    command = optimize_command(args, tmp_path / "t.jsonl", tmp_path / "run")
+    assert "--a-vs-a" not in command and "budget.max_wall_s=300.0" in command
+
+
+def test_a_session_its_time_limit_stopped_leaves_the_benchmark_incomplete(tmp_path):
+    """optimize closes a session that ``--session-s`` stopped (finals included) as complete; the
+    benchmark, whose search is not done, is not."""
+    from best_known import compare_run
+
+    run = RunDirectory(tmp_path / "optimize")
+    run.path.mkdir(parents=True)
+    with CandidateDB(run.path / "candidates.db") as db:
+        start_session(db, run, [GEMM_TASK], OptimizeConfig(), note="")
+        _store(db, "reference", 1.0)
+        db.set_meta("complete", "1")
+        db.set_meta("stop_reason", "max_wall_s")
+    assert compare_run(run.path)[1]["complete"] is False
+    with CandidateDB(run.path / "candidates.db") as db:
+        db.set_meta("stop_reason", "")  # the session that finished the search
+    assert compare_run(run.path)[1]["complete"] is True
 
 
 class FakeClock:
