@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool): installs carried wheels, runs the GPU tests and the
 # benchmarks, and writes logs under $OUT. Usage: bash scripts/gpu-check.sh [tests|bench|all|optimize|verify|best-known|roundtrip|train] [ARGS...]
+# tests [PYTEST ARGS]: the GPU tests; they take longer than one 10-minute call (H100, 2026-11-26),
+# so run them in two calls: tests --shard 1/2, then tests --shard 2/2.
 # best-known [ARGS]: benchmarks/best_known.py on .data/cuda-l1-h100.jsonl (carry .data, and runs/best-known
 # to resume a run from an earlier machine); the run directory comes back as $OUT/best-known.tar.gz.
 # train learning-check STAGE... [ARGS]: benchmarks/learning_check.py --resume (its docstring has the plan of

@@ -18,7 +18,39 @@ def _has_cuda() -> bool:
         return False
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--shard",
+        default=None,
+        metavar="K/N",
+        help="run the K-th of N parts of the selected tests (every N-th, from the K-th): the GPU "
+        "tests take longer than one 10-minute device call (scripts/gpu-check.sh tests --shard 1/2)",
+    )
+
+
+def _shard(value: str) -> tuple[int, int]:
+    try:
+        k, n = (int(part) for part in value.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"--shard {value}: expected K/N, e.g. 1/2") from None
+    if not 1 <= k <= n:
+        raise pytest.UsageError(f"--shard {value}: K must be between 1 and N")
+    return k, n
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if (value := config.getoption("--shard")) is not None:
+        _shard(value)  # a bad value stops the run before collection
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected theirs
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if (value := config.getoption("--shard")) is not None:
+        k, n = _shard(value)
+        kept = items[k - 1 :: n]
+        ids = {id(item) for item in kept}
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in ids])
+        items[:] = kept
     if _has_cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
