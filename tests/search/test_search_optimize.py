@@ -243,3 +243,133 @@ def test_a_final_measurement_not_above_the_reference_exports_the_reference(
     summary = summarize_run(record).tasks[0]
     assert summary.outcome == "no faster variant found" and summary.best_label == "llm-r1-s0"
     assert (run / "best" / f"{GELU.name}.py").read_text() == reference_anchor(GELU)
+
+
+# -- the final re-evaluation: a best that fails it is not kept -----------------------------------
+
+
+class _FinalPool:
+    """Stands in for the final round's pool: each source's result, in the order asked."""
+
+    def __init__(self, results: dict[str, list[Any]]) -> None:
+        self.results, self.asked = results, []
+
+    def __enter__(self) -> _FinalPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def in_flight(self) -> int:
+        return 0
+
+    def evaluate_many(self, requests: list[Any]) -> Any:
+        for request in requests:
+            self.asked.append(request.label)
+            yield request, self.results[request.label].pop(0)
+
+
+def _stored(tmp_path: Path, speedups: dict[str, float]) -> tuple[Path, Any]:
+    from candidate_fixtures import make_result
+
+    from cudal1.run.database import CandidateDB
+    from cudal1.run.directory import remember_tasks
+    from cudal1.run.rows import Provenance
+
+    path = tmp_path / "candidates.db"
+    db = CandidateDB(path)
+    remember_tasks(db, [GELU])
+    for label, speedup in speedups.items():
+        source = f"class ModelNew:\n    LABEL = {label!r}\n"
+        cid = db.add_candidate(GELU, source, Provenance(backend="baseline"), label=label)
+        db.record_result(cid, make_result(GELU.name, source, speedup))
+    return path, db
+
+
+def test_a_best_that_fails_its_final_is_dropped_for_the_next_fastest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """L3_48 on an H100: the fastest kernel (torch.compile max-autotune) was incorrect in its fresh
+    build; the task keeps the next fastest that passes, not the reference, and says why."""
+    from candidate_fixtures import make_result
+
+    from cudal1.run.records import task_records
+    from cudal1.schema import Stage
+
+    _, db = _stored(tmp_path, {"fast": 3.0, "faster": 3.5, "slow": 1.5})
+    pool = _FinalPool(
+        {
+            "faster": [make_result(GELU.name, "x", None, correct=False, failed_stage=Stage.CORRECTNESS)],
+            "fast": [make_result(GELU.name, "x", None, correct=False, failed_stage=Stage.CORRECTNESS)],
+            "slow": [make_result(GELU.name, "x", 1.4)],
+        }
+    )
+    monkeypatch.setattr(optimize_module, "make_pool", lambda *a, **k: pool)
+    finals: list[Any] = []
+    optimize_module._final_round(db, [GELU], fast_config(tmp_path), finals.append)
+    assert pool.asked == ["faster", "fast", "slow"]
+    [record] = task_records(db)
+    assert record.best is not None and record.best.label == "slow" and record.faster
+    assert record.final is not None and record.final.speedup == 1.4
+    assert [label for label, _ in record.failed_finals] == ["faster", "fast"]
+    assert "correctness exploded" in record.failed_finals[0][1]
+    assert [(f.task, f.label) for f in finals] == [(GELU.name, "slow")]
+    # Done: a resumed session re-evaluates nothing.
+    pool.asked.clear()
+    optimize_module._final_round(db, [GELU], fast_config(tmp_path), None)
+    assert pool.asked == []
+    db.close()
+
+
+def test_final_attempts_bound_a_session_and_an_evaluator_failure_is_not_the_candidates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from candidate_fixtures import make_result
+
+    from cudal1.run.records import task_records
+    from cudal1.schema import Stage
+
+    _, db = _stored(tmp_path, {"a": 3.0, "b": 2.0, "c": 1.5})
+    broken = make_result(GELU.name, "x", None, correct=False, failed_stage=Stage.EVALUATOR)
+    wrong = make_result(GELU.name, "x", None, correct=False, failed_stage=Stage.CORRECTNESS)
+    pool = _FinalPool({"a": [broken, make_result(GELU.name, "x", 2.9)], "b": [wrong], "c": [wrong]})
+    monkeypatch.setattr(optimize_module, "make_pool", lambda *a, **k: pool)
+    config = fast_config(tmp_path, final={"attempts": 1})
+    optimize_module._final_round(db, [GELU], config, None)
+    [record] = task_records(db)
+    assert pool.asked == ["a"] and record.best.label == "a" and not record.failed_finals  # type: ignore[union-attr]
+    assert record.final is None  # the evaluator's failure is stored as nothing
+    optimize_module._final_round(db, [GELU], config, None)  # the next session tries it again
+    [record] = task_records(db)
+    assert pool.asked == ["a", "a"] and record.final is not None and record.final.speedup == 2.9
+    db.close()
+
+
+def test_the_summary_says_which_variant_failed_its_final(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from candidate_fixtures import make_result
+    from rich.console import Console
+
+    from cudal1.report.runs import RunSummary, render_run_markdown, render_run_summary
+    from cudal1.schema import Stage
+
+    path, db = _stored(tmp_path, {"fast": 3.0, "slow": 1.5})
+    wrong = make_result(GELU.name, "x", None, correct=False, failed_stage=Stage.CORRECTNESS)
+    pool = _FinalPool({"fast": [wrong], "slow": [make_result(GELU.name, "x", 1.4)]})
+    monkeypatch.setattr(optimize_module, "make_pool", lambda *a, **k: pool)
+    optimize_module._final_round(db, [GELU], fast_config(tmp_path), None)
+    run = RunDirectory(tmp_path / "run")
+    run.path.mkdir()
+    summary = summarize_run(records_module.read_run(run, db, fast_config(tmp_path)))
+    db.close()
+    line = f"{GELU.name}: fast: correctness exploded at line 3"
+    assert summary.tasks[0].best_label == "slow" and summary.tasks[0].failed_finals == (
+        ("fast", line.split(": ", 2)[2]),
+    )
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(render_run_summary(summary))
+    text = console.export_text()
+    assert "not kept, failed the final re-evaluation:" in text and line in text
+    assert line in render_run_markdown(summary)
+    assert RunSummary.from_dict(summary.to_dict()) == summary

@@ -153,6 +153,12 @@ class FinalEvalConfig(StrictConfig):
 
     enabled: bool = Field(True, description="re-evaluate each task's best candidate at the end")
     correctness_trials: int = Field(10, ge=1, description="fresh input sets checked in the final evaluation")
+    attempts: int = Field(
+        3,
+        ge=1,
+        description="candidates re-evaluated in turn per task and session: a best that fails its final "
+        "(incorrect or rejected in a fresh build) is not kept, and the next fastest is tried",
+    )
     timing: FinalTimingConfig = Field(default_factory=FinalTimingConfig, description="final timing stage")
 
     @model_validator(mode="before")

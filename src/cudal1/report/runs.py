@@ -73,6 +73,8 @@ class TaskSummary:
     # The clock that decided ``speedup`` (``Timing.clock``) and the events' figure beside it.
     clock: TimingClock | None = None
     event_speedup: float | None = None
+    # Faster variants not kept because they failed their final re-evaluation: (label, why).
+    failed_finals: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,11 @@ class RunSummary:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunSummary:
         a_vs_a = AvsASummary.from_dict(d["a_vs_a"]) if d.get("a_vs_a") else None
-        return cls(**{**d, "tasks": tuple(TaskSummary(**t) for t in d["tasks"]), "a_vs_a": a_vs_a})
+        tasks = tuple(
+            TaskSummary(**{**t, "failed_finals": tuple(tuple(p) for p in t.get("failed_finals", ()))})
+            for t in d["tasks"]
+        )
+        return cls(**{**d, "tasks": tasks, "a_vs_a": a_vs_a})
 
 
 def _task_summary(t: TaskRecord) -> tuple[TaskSummary, EvalResult | None]:
@@ -139,6 +145,7 @@ def _task_summary(t: TaskRecord) -> tuple[TaskSummary, EvalResult | None]:
         claimed_speedup=best.claimed_speedup if best else None,
         clock=timing.clock if timing else None,
         event_speedup=timing.events_figure if timing else None,
+        failed_finals=t.failed_finals,
     )
     return summary, result or t.first_result
 
@@ -345,6 +352,12 @@ def origin_lines(s: RunSummary) -> list[str]:
     return lines
 
 
+def failed_final_lines(s: RunSummary) -> list[str]:
+    """The faster variants each task did not keep because their final re-evaluation failed, e.g.
+    ``L3_48: torch-compile-max-autotune: input set 3/5: output differs ...``."""
+    return [f"{t.task}: {label}: {why}" for t in s.tasks for label, why in t.failed_finals]
+
+
 def render_run_summary(s: RunSummary, width: int = 80) -> Group:
     parts: list[Table | Text] = [render_run_header(s), Text(""), to_rich(run_table(s), width)]
     if s.a_vs_a is not None:
@@ -353,6 +366,10 @@ def render_run_summary(s: RunSummary, width: int = 80) -> Group:
     if origins:
         parts.append(Text("origin of the kept kernels:", style="bold"))
         parts.extend(Text("  " + line, overflow="fold") for line in origins)
+    dropped = failed_final_lines(s)
+    if dropped:
+        parts.append(Text("not kept, failed the final re-evaluation:", style="bold"))
+        parts.extend(Text("  " + line, overflow="fold") for line in dropped)
     return Group(*parts)
 
 
@@ -367,10 +384,12 @@ def render_run_markdown(s: RunSummary) -> str:
         + (f"{a_vs_a_line(s.a_vs_a)}\n\n" if s.a_vs_a is not None else "")
     )
     origins = "".join(f"- {line}\n" for line in origin_lines(s))
+    dropped = "".join(f"- {line}\n" for line in failed_final_lines(s))
     a_vs_a = "\n" + to_markdown(a_vs_a_table(s.a_vs_a)) if s.a_vs_a is not None else ""
     return (
         head
         + to_markdown(run_table(s))
         + ("\norigin of the kept kernels:\n\n" + origins if origins else "")
+        + ("\nnot kept, failed the final re-evaluation:\n\n" + dropped if dropped else "")
         + a_vs_a
     )

@@ -208,6 +208,31 @@ def final_record(db: CandidateDB, task: str) -> tuple[int, EvalResult] | None:
     return int(d["candidate_id"]), EvalResult.from_dict(d["result"])
 
 
+def failed_finals(db: CandidateDB, task: str) -> dict[int, EvalResult]:
+    """The task's candidates that failed their final re-evaluation (incorrect, rejected, not
+    timed in a fresh build), by id, with that result: never kept (``kept_candidates``)."""
+    raw = db.get_meta(f"final_failed:{task}")
+    return {int(k): EvalResult.from_dict(v) for k, v in json.loads(raw).items()} if raw else {}
+
+
+def record_failed_final(db: CandidateDB, row: CandidateRow, result: EvalResult) -> None:
+    """``row`` failed its final re-evaluation: its task keeps another candidate."""
+    with db.transaction():
+        failed = {str(k): v.to_dict() for k, v in failed_finals(db, row.task).items()}
+        failed[str(row.id)] = result.to_dict()
+        db.set_meta(f"final_failed:{row.task}", json.dumps(failed))
+        old = final_record(db, row.task)
+        if old is not None and old[0] == row.id:
+            db.set_final(row.id, False)
+            db.set_meta(f"final:{row.task}", "")
+
+
+def kept_candidates(db: CandidateDB, task: str) -> list[CandidateRow]:
+    """The task's evaluated candidates that may be kept: all but those that failed their final."""
+    failed = failed_finals(db, task)
+    return [r for r in db.evaluated(task) if r.id not in failed]
+
+
 def record_final(db: CandidateDB, row: CandidateRow, result: EvalResult) -> None:
     """Make ``result`` the final re-evaluation of ``row``'s task (an earlier one is unmarked)."""
     with db.transaction():

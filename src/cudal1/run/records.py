@@ -15,7 +15,7 @@ from typing import Any
 
 from cudal1.config import ConfigError, GRPOStageConfig, OptimizeConfig, RewardBar
 from cudal1.run.database import CandidateDB
-from cudal1.run.directory import RunDirectory, RunError, final_record, stored_tasks
+from cudal1.run.directory import RunDirectory, RunError, failed_finals, final_record, stored_tasks
 from cudal1.run.rows import CandidateRow, TaskCounts
 from cudal1.run.selection import beats_reference, choose_best
 from cudal1.run.throughput import Throughput, run_throughput
@@ -28,7 +28,7 @@ class TaskRecord:
 
     name: str
     level: int
-    best: CandidateRow | None  # ``choose_best`` over the task's evaluated candidates
+    best: CandidateRow | None  # ``choose_best`` over the candidates that did not fail a final
     final: EvalResult | None  # the final re-evaluation of ``best``, when it has one
     first_result: EvalResult | None  # the task's first stored result (its device, when ``best`` has none)
     counts: TaskCounts
@@ -36,6 +36,8 @@ class TaskRecord:
     # Round 0's built-in baselines and the reference anchor, by label: what ``cudal1 report``
     # compares the kept kernel against (same device, same run).
     baselines: tuple[tuple[str, EvalResult], ...] = ()
+    # Faster candidates that failed their final re-evaluation and are not kept: (label, why).
+    failed_finals: tuple[tuple[str, str], ...] = ()
 
     @property
     def measured(self) -> EvalResult | None:
@@ -120,8 +122,10 @@ def task_records(db: CandidateDB) -> tuple[TaskRecord, ...]:
 
 def _task_record(db: CandidateDB, name: str, level: int) -> TaskRecord:
     evaluated = db.evaluated(name)
-    best = choose_best(evaluated)
+    failed = failed_finals(db, name)
+    best = choose_best([r for r in evaluated if r.id not in failed])
     final = final_record(db, name)
+    labels = {r.id: r.label for r in evaluated}
     return TaskRecord(
         name=name,
         level=level,
@@ -131,4 +135,5 @@ def _task_record(db: CandidateDB, name: str, level: int) -> TaskRecord:
         counts=db.counts(name),
         rounds_done=db.rounds_done(name),
         baselines=tuple((r.label, r.result) for r in evaluated if r.round == 0 and r.result is not None),
+        failed_finals=tuple((labels.get(i, str(i)), result.error or "not ok") for i, result in failed.items()),
     )

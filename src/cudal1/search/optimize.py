@@ -6,6 +6,9 @@ kept kernels. The run directory itself (its files, its database, reading it back
 After the search, each task's best candidate (``run.selection.choose_best``) is evaluated again
 under the strict ``final`` budget, outside any search budget (one evaluation per task); the
 reported numbers are that evaluation's, and the candidate is marked ``final`` in the database.
+A best that fails its final re-evaluation (incorrect or rejected in a fresh build: a
+torch.compile max-autotune kernel of L3_48 did, on an H100) is never kept: the next fastest is
+re-evaluated in its place, up to ``final.attempts`` candidates per task.
 
 A run never recommends a slowdown: unless that measurement beats the reference beyond its
 interval (the lower end of its 95% CI above 1.0), the task's result is "no faster variant found"
@@ -33,6 +36,8 @@ from cudal1.run.directory import (
     RunError,
     add_wall_time,
     final_record,
+    kept_candidates,
+    record_failed_final,
     record_final,
     start_session,
     stored_tasks,
@@ -41,7 +46,7 @@ from cudal1.run.events import ProgressCallback, RunDone, RunStarted, TaskFinal, 
 from cudal1.run.records import RunRecord, read_run
 from cudal1.run.rows import CandidateRow
 from cudal1.run.selection import choose_best
-from cudal1.schema import EvalRequest, Task
+from cudal1.schema import EvalRequest, EvalResult, Task
 from cudal1.search.budget import Budget
 from cudal1.search.contrastive import ContrastivePlan, Search
 from cudal1.search.seeds import SeedSet, load_seeds, reference_anchor, store_late_seeds
@@ -180,36 +185,66 @@ def _describe(backend: LLMBackend) -> str:
 def _final_round(
     db: CandidateDB, tasks: Sequence[Task], config: OptimizeConfig, progress: ProgressCallback | None
 ) -> None:
-    """Re-evaluate each task's best under the strict budget, unless that was already done."""
+    """Re-evaluate each task's best under the strict budget, unless that was already done; a best
+    that fails it is dropped for the next fastest, up to ``final.attempts`` per task."""
     if not config.final.enabled:
         return
-    todo: dict[str, tuple[Task, CandidateRow]] = {}
-    for task in tasks:
-        best = choose_best(db.evaluated(task.name))
-        done = final_record(db, task.name)
-        if best is not None and (done is None or done[0] != best.id):
-            todo[str(best.id)] = (task, best)
-        elif progress is not None and best is None:
-            progress(TaskFinal.of(task.name, None, None))
+    tried: dict[str, int] = {}
+    todo = _finals_due(db, tasks, tried, config.final.attempts, progress)
     if not todo:
         return
     cfg = config.final.apply(config.eval)
     with make_pool(cfg, config.pool, at_most=len(todo), spares=0) as pool, _stopping_said(pool):
-        requests = [
-            EvalRequest(task, row.source, request_id=key, label=row.label)
-            for key, (task, row) in todo.items()
-        ]
-        for request, result in pool.evaluate_many(requests):
-            _, row = todo[request.request_id]
-            record_final(db, row, result)
-            log.info(
-                "%s final: %s %s",
-                row.task,
-                row.label,
-                f"{result.speedup:.3f}x" if result.ok else result.error or "not ok",
-            )
-            if progress is not None:
-                progress(TaskFinal.of(row.task, row.label, result))
+        while todo:
+            requests = [
+                EvalRequest(task, row.source, request_id=key, label=row.label)
+                for key, (task, row) in todo.items()
+            ]
+            for request, result in pool.evaluate_many(requests):
+                task, row = todo[request.request_id]
+                tried[task.name] = tried.get(task.name, 0) + 1
+                if _record_one_final(db, row, result) and progress is not None:
+                    progress(TaskFinal.of(row.task, row.label, result))
+            todo = _finals_due(db, tasks, tried, config.final.attempts, progress)
+
+
+def _finals_due(
+    db: CandidateDB,
+    tasks: Sequence[Task],
+    tried: dict[str, int],
+    attempts: int,
+    progress: ProgressCallback | None,
+) -> dict[str, tuple[Task, CandidateRow]]:
+    """The tasks whose kept candidate has no final yet, and this session may still try one."""
+    due: dict[str, tuple[Task, CandidateRow]] = {}
+    for task in tasks:
+        best = choose_best(kept_candidates(db, task.name))
+        done = final_record(db, task.name)
+        if best is not None and (done is None or done[0] != best.id):
+            if tried.get(task.name, 0) < attempts:
+                due[str(best.id)] = (task, best)
+            else:
+                log.warning("%s final: %d candidates tried; a resumed run tries the next", task.name, attempts)
+        elif progress is not None and best is None and task.name not in tried:
+            progress(TaskFinal.of(task.name, None, None))
+    return due
+
+
+def _record_one_final(db: CandidateDB, row: CandidateRow, result: EvalResult) -> bool:
+    """Store a final re-evaluation; True when it is the task's final. A candidate that failed it
+    is not kept (the next fastest is due); an evaluator failure is stored as nothing: the trusted
+    side's failure never counts against the candidate, whose final is tried again."""
+    outcome = f"{result.speedup:.3f}x" if result.ok else result.error or "not ok"
+    if result.evaluator_error:
+        log.warning("%s final: %s: the evaluator failed (%s); tried again", row.task, row.label, outcome)
+        return False
+    if not result.ok:
+        record_failed_final(db, row, result)
+        log.warning("%s final: %s failed (%s); the next fastest is re-evaluated", row.task, row.label, outcome)
+        return False
+    record_final(db, row, result)
+    log.info("%s final: %s %s", row.task, row.label, outcome)
+    return True
 
 
 @contextmanager
