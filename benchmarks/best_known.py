@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
 import math
 import random
@@ -56,6 +57,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cudal1.report.a_vs_a import AvsAEntry, a_vs_a_line, anchor_entry, summarize_a_vs_a
+from cudal1.report.tables import Col, TableSpec, to_markdown
 from cudal1.run.directory import RunDirectory
 from cudal1.run.records import TaskRecord, load_run
 from cudal1.run.rows import CandidateRow
@@ -302,7 +304,7 @@ def _complete(c: TaskComparison) -> bool:
 def _x(m: Measured | None) -> str:
     if m is None:
         return "-"
-    return f"{m.speedup:.2f}" if m.speedup is not None else m.status.split(":")[0][:10] or "-"
+    return f"{m.speedup:.2f}" if m.speedup is not None else m.status.split(":")[0][:12] or "-"
 
 
 def _short(mode: str) -> str:
@@ -325,6 +327,45 @@ def table(comparisons: Sequence[TaskComparison], caption: str | None = None, a_v
         line = a_vs_a_summary(comparisons)["line"]
         t.caption = f"{caption}\n{line}" if caption else line
     return t
+
+
+def markdown(
+    comparisons: Sequence[TaskComparison], summary: dict, facts: dict, command: str, gpu: str
+) -> str:
+    """The table for the README: full origins (the terminal table cuts them), the command, the
+    date, the GPU, the summary and the compositions that beat both sources."""
+    columns = ("task", "compile best", "graph", "published", "cudal1 kept [95% CI]", "origin", "winner")
+    rows = []
+    for c in comparisons:
+        cells = list(_cells(c))
+        cells[5] = c.kept.origin or "-"
+        rows.append(tuple(cells))
+    spec = TableSpec(
+        title=f"speedup over eager, one run on one {gpu}, {datetime.date.today().isoformat()}",
+        columns=tuple(Col(h, right=h in {"compile best", "graph", "published"}) for h in columns),
+        rows=tuple(rows),
+        caption=f"{command}; " + throughput_caption(facts),
+    )
+
+    def gm(key: str) -> str:
+        return f"{summary[key]:.2f}x" if summary.get(key) is not None else "-"
+
+    lines = [
+        to_markdown(spec),
+        f"- {summary['tasks_measured']} of {summary['tasks']} tasks measured; kept kernels "
+        f"{gm('kept_geomean_over_eager')} over eager and {gm('kept_geomean_over_best_compile')} over "
+        f"each task's best torch.compile mode (geometric means); {summary['published_verified']} "
+        f"published kernels verify, {gm('published_geomean_over_best_compile')} over that mode.",
+        "- kept kernel below the best of the others beyond its interval: "
+        + (", ".join(summary["kept_below_best_other"]) or "none"),
+        "- compositions faster than both sources and every baseline: "
+        + (
+            "; ".join(f"`{w['task']}` {w['chain']} {w['speedup']:.2f}x" for w in summary["composed_wins"])
+            or "none"
+        ),
+        f"- complete: {'yes' if facts.get('complete') else 'no'}",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _cells(c: TaskComparison) -> tuple[str, ...]:
@@ -425,6 +466,34 @@ def run_optimize(args: argparse.Namespace, tasks_file: Path, run: Path, wall: Wa
         signal.signal(signal.SIGINT, previous)
 
 
+def _command_line(argv: Sequence[str] | None) -> str:
+    words = list(sys.argv[1:] if argv is None else argv)
+    return " ".join(["python benchmarks/best_known.py", *words])
+
+
+COMMANDS_FILE = "commands.txt"  # each call's command line, the first one the run's own
+
+
+def _run_command(bench: Path, argv: Sequence[str] | None) -> str:
+    """The command that started the benchmark, and how many calls resumed it; else this one."""
+    path = bench / COMMANDS_FILE
+    calls = path.read_text().splitlines() if path.exists() else []
+    if not calls:
+        return f"`{_command_line(argv)}`"
+    more = len(calls) - 1
+    return f"`{calls[0]}`" + (f", then {more} call{'s' * (more != 1)} with `--resume`" if more else "")
+
+
+def _gpu(comparisons: Sequence[TaskComparison], run: Path) -> str:
+    """The GPU the run's results name (``Environment.gpu``), else "GPU"."""
+    with RunDirectory(run).open_db() as db:
+        for c in comparisons:
+            for row in db.evaluated(c.task):
+                if row.result is not None and row.result.environment.gpu:
+                    return row.result.environment.gpu
+    return "GPU"
+
+
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
@@ -459,12 +528,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--report-only", action="store_true", help="print the table of the run as it stands")
     ap.add_argument("--json", type=Path, help="write rows and summary here")
+    ap.add_argument(
+        "--markdown",
+        type=Path,
+        help="write the table as Markdown for the README (with the command, date and GPU)",
+    )
     args = ap.parse_args(argv)
 
     args.run.mkdir(parents=True, exist_ok=True)
     tasks_file, run = args.run / "tasks.jsonl", args.run / "optimize"
     wall_file = args.run / WALL_FILE
     if not args.report_only:
+        with (args.run / COMMANDS_FILE).open("a" if args.resume else "w") as out:
+            out.write(_command_line(argv) + "\n")  # the README table names the run's command
         wall = WallLog(wall_file, fresh=not args.resume)
         if not (args.resume and tasks_file.exists()):
             drawn = draw(load_cuda_l1_records(args.records), args.per_level, args.seed)
@@ -480,6 +556,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(width=140)
     console.print(table(comparisons, throughput_caption(facts), a_vs_a=args.a_vs_a))
     console.print(json.dumps({**summary, **facts}, indent=1))
+    if args.markdown:
+        args.markdown.write_text(
+            markdown(comparisons, summary, facts, _run_command(args.run, argv), _gpu(comparisons, run))
+        )
     if args.json:
         args.json.write_text(
             json.dumps(

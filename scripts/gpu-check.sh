@@ -71,7 +71,7 @@ if [[ $what == best-known ]]; then
     2>&1 | tee "$OUT/best-known.log"
   rc=${PIPESTATUS[0]}
   python3 benchmarks/best_known.py .data/cuda-l1-h100.jsonl --run runs/best-known --report-only \
-    --json "$OUT/best-known.json" 2>&1 | tee "$OUT/best-known-table.log"
+    --json "$OUT/best-known.json" --markdown "$OUT/best-known.md" 2>&1 | tee "$OUT/best-known-table.log"
   # One archive: the device tool brings back only a few files per call, and a run directory
   # left out would lose the call's progress. Unpack it here as runs/best-known to resume.
   tar -czf "$OUT/best-known.tar.gz" -C runs best-known

@@ -209,9 +209,14 @@ def test_the_report_counts_a_killed_calls_time_in_table_and_json(tmp_path, capsy
         add_wall_time(db, 60.0)  # the one session that ended; the killed one recorded nothing
     wall = tmp_path / "bench" / WALL_FILE
     wall.write_text('{"call": 1, "wall_s": 3000.0}\n{"call": 2, "wall_s": 600.0}\n')
-    out = tmp_path / "bench.json"
+    out, md = tmp_path / "bench.json", tmp_path / "bench.md"
+    (tmp_path / "bench" / "commands.txt").write_text("python benchmarks/best_known.py r.jsonl\nx --resume\n")
     args = ["unused.jsonl", "--run", str(tmp_path / "bench"), "--report-only", "--json", str(out)]
-    assert main(args) == 0
+    assert main([*args, "--markdown", str(md)]) == 0
+    text = md.read_text()
+    assert "| task | compile best |" in text and f"| {GEMM_TASK.name} |" in text
+    assert "`python benchmarks/best_known.py r.jsonl`, then 1 call with `--resume`" in text
+    assert "3 evaluations in 3600 s" in text and "- complete: no" in text
     facts = json.loads(out.read_text())["facts"]
     assert (facts["wall_s"], facts["run_wall_s"], facts["evaluations"]) == (3600.0, 60.0, 3)
     assert facts["evaluations_per_gpu_hour"] == 3.0  # 3 in one hour, not 180 in the run's minute
