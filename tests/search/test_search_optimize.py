@@ -373,3 +373,23 @@ def test_the_summary_says_which_variant_failed_its_final(
     assert "not kept, failed the final re-evaluation:" in text and line in text
     assert line in render_run_markdown(summary)
     assert RunSummary.from_dict(summary.to_dict()) == summary
+
+
+def test_a_task_whose_every_candidate_fails_its_final_is_said_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from candidate_fixtures import make_result
+
+    from cudal1.run.records import task_records
+    from cudal1.schema import Stage
+
+    _, db = _stored(tmp_path, {"a": 3.0, "b": 2.0})
+    wrong = make_result(GELU.name, "x", None, correct=False, failed_stage=Stage.CORRECTNESS)
+    pool = _FinalPool({"a": [wrong], "b": [wrong]})
+    monkeypatch.setattr(optimize_module, "make_pool", lambda *a, **k: pool)
+    finals: list[Any] = []
+    optimize_module._final_round(db, [GELU], fast_config(tmp_path), finals.append)
+    [record] = task_records(db)
+    assert pool.asked == ["a", "b"] and record.best is None and not record.faster
+    assert [(f.task, f.label) for f in finals] == [(GELU.name, None)]
+    db.close()

@@ -190,7 +190,8 @@ def _final_round(
     if not config.final.enabled:
         return
     tried: dict[str, int] = {}
-    todo = _finals_due(db, tasks, tried, config.final.attempts, progress)
+    said: set[str] = set()
+    todo = _finals_due(db, tasks, tried, config.final.attempts, progress, said)
     if not todo:
         return
     cfg = config.final.apply(config.eval)
@@ -205,7 +206,7 @@ def _final_round(
                 tried[task.name] = tried.get(task.name, 0) + 1
                 if _record_one_final(db, row, result) and progress is not None:
                     progress(TaskFinal.of(row.task, row.label, result))
-            todo = _finals_due(db, tasks, tried, config.final.attempts, progress)
+            todo = _finals_due(db, tasks, tried, config.final.attempts, progress, said)
 
 
 def _finals_due(
@@ -214,6 +215,7 @@ def _finals_due(
     tried: dict[str, int],
     attempts: int,
     progress: ProgressCallback | None,
+    said: set[str],
 ) -> dict[str, tuple[Task, CandidateRow]]:
     """The tasks whose kept candidate has no final yet, and this session may still try one."""
     due: dict[str, tuple[Task, CandidateRow]] = {}
@@ -223,9 +225,11 @@ def _finals_due(
         if best is not None and (done is None or done[0] != best.id):
             if tried.get(task.name, 0) < attempts:
                 due[str(best.id)] = (task, best)
-            else:
+            elif task.name not in said:
+                said.add(task.name)
                 log.warning("%s final: %d candidates tried; a resumed run tries the next", task.name, attempts)
-        elif progress is not None and best is None and task.name not in tried:
+        elif progress is not None and best is None and task.name not in said:
+            said.add(task.name)  # nothing to keep (or every candidate failed its final): said once
             progress(TaskFinal.of(task.name, None, None))
     return due
 
