@@ -135,5 +135,7 @@ def _task_record(db: CandidateDB, name: str, level: int) -> TaskRecord:
         counts=db.counts(name),
         rounds_done=db.rounds_done(name),
         baselines=tuple((r.label, r.result) for r in evaluated if r.round == 0 and r.result is not None),
-        failed_finals=tuple((labels.get(i, str(i)), result.error or "not ok") for i, result in failed.items()),
+        failed_finals=tuple(
+            (labels.get(i, str(i)), result.error or "not ok") for i, result in failed.items()
+        ),
     )
