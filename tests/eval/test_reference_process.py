@@ -33,7 +33,11 @@ def test_reference_server_answers_exactly_the_reference_commands():
 def test_a_promoted_slot_replaces_the_main_model_and_its_float64_twin():
     """The re-drawn-weights probe's models become the timed ones: no third model is kept."""
     server = ReferenceServer()
-    server.module = type("Task", (), {"Model": lambda self=None: torch.nn.Linear(4, 4)})
+    server.module = type(
+        "Task",
+        (),
+        {"Model": lambda self=None: torch.nn.Linear(4, 4), "get_inputs": lambda: [torch.randn(2, 4)]},
+    )
     server.build([], seed=1, device="cpu", float64=True)
     server.twins = {"float16": server.model.half()}  # as the calibrated sets leave them
     server.build([], seed=1, device="cpu", slot="weights", reinit=2, float64=True)
