@@ -329,6 +329,9 @@ class Environment:
     object whose keys are the field names; unset fields (None, False, empty) are left out, as
     they were before this record was typed."""
 
+    # The evaluator's own code (``eval/record.evaluator_digest``): which version measured this,
+    # where a run's results span sessions of changing code.
+    evaluator: str | None = None
     # The reference worker's stack (``workers.ReferenceWorker.environment``).
     torch: str | None = None
     cuda: str | None = None

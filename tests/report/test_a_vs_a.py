@@ -61,6 +61,29 @@ def test_an_anchor_entry_from_a_stored_result() -> None:
     assert failed.speedup is None and "incorrect" in failed.status
 
 
+def test_anchors_measured_by_two_versions_of_the_evaluator_are_counted_apart() -> None:
+    """A run resumed on newer evaluator code holds anchors of both; the line says which version
+    measured which (H100, 2026-11-26: 18 of 23 anchors came from the code before the floor by
+    call length)."""
+    old = [dataclasses.replace(_anchor(0.969, 0.008, 0.006), evaluator="aaa"), _anchor(1.0, 0.006, 0.5)]
+    new = [dataclasses.replace(_anchor(0.985, 0.027, 0.02), evaluator="bbb")]
+    s = summarize_a_vs_a(old + new)
+    assert s.by_evaluator == {"aaa": [0, 1], "?": [1, 1], "bbb": [1, 1]}
+    assert "; by evaluator code: aaa 0/1, ? 1/1, bbb 1/1" in a_vs_a_line(s)
+    assert AvsASummary.from_dict(s.to_dict()) == s
+    one = summarize_a_vs_a(new)
+    assert one.by_evaluator == {} and "by evaluator code" not in a_vs_a_line(one)
+    assert anchor_entry("t", make_result("t", "src", 1.0)).evaluator is None  # made by hand
+
+
+def test_every_evaluation_names_the_evaluator_code_that_made_it() -> None:
+    from cudal1.eval.record import EvaluationRecord, evaluator_digest
+
+    digest = evaluator_digest()
+    assert len(digest) == 12 and int(digest, 16) >= 0
+    assert EvaluationRecord().environment.evaluator == digest
+
+
 def _run(a_vs_a: bool, *tasks: TaskRecord) -> RunRecord:
     ledger = {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
     config = OptimizeConfig(a_vs_a=a_vs_a)

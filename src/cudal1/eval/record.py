@@ -9,10 +9,13 @@ findings, and everyone their environment facts (``note``). The result is assembl
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cudal1.eval.checks.stage_failure import StageFailed
@@ -33,6 +36,18 @@ from cudal1.schema import (
 )
 
 
+@functools.cache
+def evaluator_digest() -> str:
+    """12 hex digits of SHA-256 over the evaluator's code and its config's defaults (every ``.py``
+    under ``cudal1/eval`` and ``cudal1/config``, by path): results of one run measured before and
+    after a change to either (a session resumed on newer code) can be told apart."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(p for part in ("eval", "config") for p in (root / part).rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
 @dataclass
 class EvaluationRecord:
     """Stages, findings, measurements and environment facts of one evaluation, as they arrive."""
@@ -42,7 +57,7 @@ class EvaluationRecord:
     correctness: Correctness | None = None
     timing: Timing | None = None
     sol: SpeedOfLight | None = None
-    environment: Environment = field(default_factory=Environment)
+    environment: Environment = field(default_factory=lambda: Environment(evaluator=evaluator_digest()))
     failed: bool = False
 
     @contextmanager

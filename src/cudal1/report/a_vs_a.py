@@ -43,6 +43,7 @@ class AvsAEntry:
     clock: TimingClock | None = None
     event_speedup: float | None = None
     status: str = ""
+    evaluator: str | None = None  # the evaluator code that measured it (``Environment.evaluator``)
 
     @property
     def half_width(self) -> float | None:
@@ -79,6 +80,9 @@ class AvsASummary:
     median_half_width: float | None = None
     max_half_width: float | None = None
     clocks: dict[str, int] = field(default_factory=dict)  # measured anchors by the clock that decided
+    # Where the anchors were measured by more than one version of the evaluator (a run resumed on
+    # newer code): per version, [intervals containing 1.0, measured]; "?" for results without one.
+    by_evaluator: dict[str, list[int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,7 +100,8 @@ def anchor_entry(task: str, result: EvalResult | None) -> AvsAEntry:
     if not result.ok or t is None:
         return AvsAEntry(task, status=why_not_ok(result))
     return AvsAEntry(
-        task, t.speedup, t.ci_low, t.ci_high, t.ref_median_ms, t.clock, t.events_figure
+        task, t.speedup, t.ci_low, t.ci_high, t.ref_median_ms, t.clock, t.events_figure,
+        evaluator=result.environment.evaluator,
     )  # fmt: skip
 
 
@@ -112,7 +117,19 @@ def summarize_a_vs_a(entries: Iterable[AvsAEntry]) -> AvsASummary:
         median_half_width=statistics.median(widths) if widths else None,
         max_half_width=max(widths) if widths else None,
         clocks=clock_counts(e.clock for e in measured),
+        by_evaluator=_by_evaluator(measured),
     )
+
+
+def _by_evaluator(measured: Sequence[AvsAEntry]) -> dict[str, list[int]]:
+    """[containing 1.0, measured] per evaluator version, in the order first seen; empty when all
+    anchors were measured by one version."""
+    counts: dict[str, list[int]] = {}
+    for e in measured:
+        count = counts.setdefault(e.evaluator or "?", [0, 0])
+        count[0] += e.contains_one
+        count[1] += 1
+    return counts if len(counts) > 1 else {}
 
 
 def a_vs_a_line(s: AvsASummary) -> str:
@@ -134,7 +151,12 @@ def a_vs_a_facts(s: AvsASummary) -> str:
         f"{s.meet_goal}/{n} meet the goal (±{_pct(GOAL_SLOW)} at {SLOW_KERNEL_MS} ms and over, "
         f"±{_pct(GOAL_FAST)} below)"
     )
-    return f"{head}; {widths}; {goal}; clock: {clocks_text(s.clocks)}{tail}"
+    versions = (
+        "; by evaluator code: " + ", ".join(f"{code} {n}/{m}" for code, (n, m) in s.by_evaluator.items())
+        if s.by_evaluator
+        else ""
+    )
+    return f"{head}; {widths}; {goal}; clock: {clocks_text(s.clocks)}{versions}{tail}"
 
 
 def _pct(x: float | None) -> str:
