@@ -226,6 +226,15 @@ def compare_run(run_dir: Path, bench_wall_s: float | None = None) -> tuple[list[
         "gpu_seconds": round(record.gpu_seconds, 1),
         # A session a --session-s limit stopped is not the run's end, though optimize closed it.
         "complete": record.complete and not record.stop_reason,
+        "gpu": next(
+            (
+                r.result.environment.gpu
+                for rs in rows.values()
+                for r in rs
+                if r.result and r.result.environment.gpu
+            ),
+            None,
+        ),
     }
     return comparisons, facts
 
@@ -484,16 +493,6 @@ def _run_command(bench: Path, argv: Sequence[str] | None) -> str:
     return f"`{calls[0]}`" + (f", then {more} call{'s' * (more != 1)} with `--resume`" if more else "")
 
 
-def _gpu(comparisons: Sequence[TaskComparison], run: Path) -> str:
-    """The GPU the run's results name (``Environment.gpu``), else "GPU"."""
-    with RunDirectory(run).open_db() as db:
-        for c in comparisons:
-            for row in db.evaluated(c.task):
-                if row.result is not None and row.result.environment.gpu:
-                    return row.result.environment.gpu
-    return "GPU"
-
-
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
@@ -558,7 +557,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(json.dumps({**summary, **facts}, indent=1))
     if args.markdown:
         args.markdown.write_text(
-            markdown(comparisons, summary, facts, _run_command(args.run, argv), _gpu(comparisons, run))
+            markdown(comparisons, summary, facts, _run_command(args.run, argv), facts["gpu"] or "GPU")
         )
     if args.json:
         args.json.write_text(

@@ -26,6 +26,7 @@ from cudal1.config import OptimizeConfig
 from cudal1.llm import LLMError
 from cudal1.report.runs import summarize_run
 from cudal1.run import records as records_module
+from cudal1.run import selection as selection_module
 from cudal1.run.directory import RunDirectory, RunError
 from cudal1.run.events import Evaluated, ParseFailed, RoundDone, RunDone, RunStarted, Stopped, TaskFinal
 from cudal1.run.records import load_run
@@ -232,8 +233,8 @@ def test_a_final_measurement_not_above_the_reference_exports_the_reference(
     def pick_llm(rows):  # type: ignore[no-untyped-def]
         return next((r for r in rows if r.label.startswith("llm")), None)
 
-    monkeypatch.setattr(optimize_module, "choose_best", pick_llm)
-    monkeypatch.setattr(records_module, "choose_best", pick_llm)
+    # Both the final round and the run's record keep ``choose_kept``'s pick, which is this.
+    monkeypatch.setattr(selection_module, "choose_best", pick_llm)
     run = tmp_path / "run"
     record = optimize([GELU], run, fast_config(tmp_path, samples=1), backend=scripted([SIXTY_GELUS]))
     task = record.tasks[0]

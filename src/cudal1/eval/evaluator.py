@@ -25,9 +25,9 @@ beside timed pairs until the call's time limit kills its worker (under the devic
 stopped every timing instead); the timing's paired ratios and the reference's drift guard are
 what notices such a disturbance. Where the timing runs on the re-drawn-weights probe's models
 (``correctness_stage``), the timed model is another instance than the one these calls warmed: its
-lazy builds ran at its own first call, the probe's checked call, before the timing's warm-up. So is the main model of a stateful task's first evaluation on its
-reference worker, built again once the reference found the task stateful
-(``WorkerPair.build_main_reference``).
+lazy builds ran at its own first call, the probe's checked call, before the timing's warm-up. So
+is the main model of a stateful task's first evaluation on its reference worker, built again once
+the reference found the task stateful (``WorkerPair.build_main_reference``).
 
 Where the parts live: ``Evaluation`` (here) runs the phases in the order the pool drives them;
 ``worker_pair`` holds the conversation with the two workers, ``correctness_stage`` and

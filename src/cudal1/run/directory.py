@@ -210,7 +210,7 @@ def final_record(db: CandidateDB, task: str) -> tuple[int, EvalResult] | None:
 
 def failed_finals(db: CandidateDB, task: str) -> dict[int, EvalResult]:
     """The task's candidates that failed their final re-evaluation (incorrect, rejected, not
-    timed in a fresh build), by id, with that result: never kept (``kept_candidates``)."""
+    timed in a fresh build), by id, with that result: never kept (``selection.choose_kept``)."""
     raw = db.get_meta(f"final_failed:{task}")
     return {int(k): EvalResult.from_dict(v) for k, v in json.loads(raw).items()} if raw else {}
 
@@ -225,12 +225,6 @@ def record_failed_final(db: CandidateDB, row: CandidateRow, result: EvalResult) 
         if old is not None and old[0] == row.id:
             db.set_final(row.id, False)
             db.set_meta(f"final:{row.task}", "")
-
-
-def kept_candidates(db: CandidateDB, task: str) -> list[CandidateRow]:
-    """The task's evaluated candidates that may be kept: all but those that failed their final."""
-    failed = failed_finals(db, task)
-    return [r for r in db.evaluated(task) if r.id not in failed]
 
 
 def record_final(db: CandidateDB, row: CandidateRow, result: EvalResult) -> None:

@@ -17,7 +17,7 @@ from cudal1.config import ConfigError, GRPOStageConfig, OptimizeConfig, RewardBa
 from cudal1.run.database import CandidateDB
 from cudal1.run.directory import RunDirectory, RunError, failed_finals, final_record, stored_tasks
 from cudal1.run.rows import CandidateRow, TaskCounts
-from cudal1.run.selection import beats_reference, choose_best
+from cudal1.run.selection import beats_reference, choose_kept
 from cudal1.run.throughput import Throughput, run_throughput
 from cudal1.schema import EvalResult
 
@@ -28,7 +28,7 @@ class TaskRecord:
 
     name: str
     level: int
-    best: CandidateRow | None  # ``choose_best`` over the candidates that did not fail a final
+    best: CandidateRow | None  # ``choose_kept``: the best of the candidates that did not fail a final
     final: EvalResult | None  # the final re-evaluation of ``best``, when it has one
     first_result: EvalResult | None  # the task's first stored result (its device, when ``best`` has none)
     counts: TaskCounts
@@ -123,7 +123,7 @@ def task_records(db: CandidateDB) -> tuple[TaskRecord, ...]:
 def _task_record(db: CandidateDB, name: str, level: int) -> TaskRecord:
     evaluated = db.evaluated(name)
     failed = failed_finals(db, name)
-    best = choose_best([r for r in evaluated if r.id not in failed])
+    best = choose_kept(evaluated, failed)
     final = final_record(db, name)
     labels = {r.id: r.label for r in evaluated}
     return TaskRecord(

@@ -10,7 +10,7 @@ reports decide with these, so a run's kept kernel is the same whoever reads the 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, cast, get_args
 
@@ -94,6 +94,12 @@ def choose_best(rows: Sequence[CandidateRow]) -> CandidateRow | None:
     if best is None or (anchor is not None and (best.speedup or 0.0) <= (anchor.speedup or 0.0)):
         return anchor
     return best
+
+
+def choose_kept(rows: Sequence[CandidateRow], failed: Container[int]) -> CandidateRow | None:
+    """``choose_best`` over the rows whose ids are not in ``failed``: the candidates that failed
+    their final re-evaluation (``run.directory.failed_finals``) are never kept."""
+    return choose_best([r for r in rows if r.id not in failed])
 
 
 def beats_reference(label: str, result: EvalResult | None) -> bool:

@@ -35,8 +35,8 @@ from cudal1.run.directory import (
     RunDirectory,
     RunError,
     add_wall_time,
+    failed_finals,
     final_record,
-    kept_candidates,
     record_failed_final,
     record_final,
     start_session,
@@ -45,7 +45,7 @@ from cudal1.run.directory import (
 from cudal1.run.events import ProgressCallback, RunDone, RunStarted, TaskFinal, TaskPlan
 from cudal1.run.records import RunRecord, read_run
 from cudal1.run.rows import CandidateRow
-from cudal1.run.selection import choose_best
+from cudal1.run.selection import choose_kept
 from cudal1.schema import EvalRequest, EvalResult, Task
 from cudal1.search.budget import Budget
 from cudal1.search.contrastive import ContrastivePlan, Search
@@ -220,14 +220,16 @@ def _finals_due(
     """The tasks whose kept candidate has no final yet, and this session may still try one."""
     due: dict[str, tuple[Task, CandidateRow]] = {}
     for task in tasks:
-        best = choose_best(kept_candidates(db, task.name))
+        best = choose_kept(db.evaluated(task.name), failed_finals(db, task.name))
         done = final_record(db, task.name)
         if best is not None and (done is None or done[0] != best.id):
             if tried.get(task.name, 0) < attempts:
                 due[str(best.id)] = (task, best)
             elif task.name not in said:
                 said.add(task.name)
-                log.warning("%s final: %d candidates tried; a resumed run tries the next", task.name, attempts)
+                log.warning(
+                    "%s final: %d candidates tried; a resumed run tries the next", task.name, attempts
+                )
         elif progress is not None and best is None and task.name not in said:
             said.add(task.name)  # nothing to keep (or every candidate failed its final): said once
             progress(TaskFinal.of(task.name, None, None))
@@ -244,7 +246,9 @@ def _record_one_final(db: CandidateDB, row: CandidateRow, result: EvalResult) ->
         return False
     if not result.ok:
         record_failed_final(db, row, result)
-        log.warning("%s final: %s failed (%s); the next fastest is re-evaluated", row.task, row.label, outcome)
+        log.warning(
+            "%s final: %s failed (%s); the next fastest is re-evaluated", row.task, row.label, outcome
+        )
         return False
     record_final(db, row, result)
     log.info("%s final: %s %s", row.task, row.label, outcome)
