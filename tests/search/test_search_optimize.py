@@ -214,8 +214,9 @@ def test_a_variant_faster_beyond_its_interval_is_exported(tmp_path: Path) -> Non
     run = tmp_path / "run"
     # The variant's 0.05 ms calls hide in the ~2 ms of overhead a CPU sample has: only the trusted
     # clock can confirm its speedup (about 1.3-2x of its 13x), and 6 samples left that interval's
-    # low end at 1.0 in one run of three.
-    config = fast_config(tmp_path, samples=1, eval={"timing": {"min_samples": 10, "max_samples": 20}})
+    # low end at 1.0 in one run of three; 10-20 did in 2 of 4 runs beside other CPU work (the full
+    # suite, 2026-11-26), never alone.
+    config = fast_config(tmp_path, samples=1, eval={"timing": {"min_samples": 20, "max_samples": 40}})
     record = optimize([SLOW_REFERENCE], run, config, backend=scripted([ONE_ADD]))
     task = record.tasks[0]
     assert task.faster and task.final is not None and task.final.timing.ci_low > 1.0  # type: ignore[union-attr]
