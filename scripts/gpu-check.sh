@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool): installs carried wheels, runs the GPU tests and the
-# benchmarks, and writes logs under $OUT. Usage: bash scripts/gpu-check.sh [tests|bench|all|optimize|verify|best-known|roundtrip|train] [ARGS...]
+# benchmarks, and writes logs under $OUT. Usage: bash scripts/gpu-check.sh [tests|bench|all|asymmetry|optimize|verify|best-known|roundtrip|train|lanes] [ARGS...]
 # tests [PYTEST ARGS]: the GPU tests; they take longer than one 10-minute call (H100, 2026-11-26),
 # so run them in two calls: tests --shard 1/2, then tests --shard 2/2.
 # best-known [ARGS]: benchmarks/best_known.py on .data/cuda-l1-h100.jsonl (carry .data, and runs/best-known
@@ -14,7 +14,9 @@ set -uo pipefail
 OUT=${OUT:-/tmp/cudal1-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
-if ls .whl/*.whl >/dev/null 2>&1; then
+if [[ -n ${GPU_CHECK_LANE:-} ]]; then
+  :  # a lane of `lanes`: the parent installed the wheels and set PYTHONPATH
+elif ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:$PWD/src
 else
@@ -24,6 +26,45 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | t
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$OUT/gpu.txt"
 what=${1:-all}; shift || true
 rc=0
+if [[ $what == lanes ]]; then
+  # lanes 'GPUS:MODE ARGS[ + MODE ARGS...]' ...: several of this script's modes at once, each on its own GPUs
+  # (CUDA_VISIBLE_DEVICES=GPUS, so each sees them as cuda:0...) and its own physical cores (the
+  # GPUs' shares of the machine, split as the pool splits them), with its logs under
+  # $OUT/lane-K. A machine of several GPUs costs the device budget what one of one GPU does, so
+  # independent work (a benchmark, a verify, the tests) shares one call. Every lane is stopped
+  # with SIGINT at LANE_S (540 s) and comes back as one archive, $OUT/lane-K.tar.gz (the device
+  # tool returns at most 8 files). Other lanes' builds run beside a lane's timing: a lane's
+  # numbers are those of a loaded machine.
+  ngpu=$(nvidia-smi -L | wc -l); k=0; pids=()
+  # The host's memory and the GPUs' use every 30 s: an H200 host's memory grows as it is used
+  # (KINDS.md), and lanes that stall together point at the host.
+  (while sleep 30; do date +%T; grep -E 'MemTotal|MemAvailable' /proc/meminfo | tr -s ' ' | tr '\n' ' '; echo
+     nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader | tr '\n' ' '; echo
+     uptime; done >"$OUT/monitor.txt" 2>&1) &
+  monitor=$!
+  for spec in "$@"; do
+    gpus=${spec%%:*}; cmd=${spec#*:}
+    cpus=$(python3 -c "import sys; from cudal1.eval.devices import cpu_share
+print(','.join(str(c) for g in sys.argv[2].split(',') for c in sorted(cpu_share(int(g), int(sys.argv[1])))))" "$ngpu" "$gpus")
+    mkdir -p "$OUT/lane-$k"
+    echo "lane $k: GPUs $gpus, CPUs $cpus: $cmd" | tee "$OUT/lane-$k/lane.txt"
+    # 'MODE ARGS + MODE ARGS': modes one after the other in the lane, inside its one time limit.
+    # shellcheck disable=SC2086
+    (export GPU_CHECK_LANE=1 OUT="$OUT/lane-$k" CUDA_VISIBLE_DEVICES=$gpus
+     timeout -s INT -k 30 "${LANE_S:-540}" taskset -c "$cpus" bash -c \
+       'IFS=+ read -ra steps <<<"$1"; for s in "${steps[@]}"; do bash "$0" $s; echo "exit $? of: $s" >>"$OUT/lane.txt"; done' \
+       "$0" "$cmd" >"$OUT/lane.log" 2>&1) &
+    pids+=($!); k=$((k + 1))
+  done
+  wait "${pids[@]}"
+  kill "$monitor" 2>/dev/null
+  for ((i = 0; i < k; i++)); do
+    echo "=== lane $i: $(tr '\n' ' ' <"$OUT/lane-$i/lane.txt")"
+    grep -v '^\[' "$OUT/lane-$i/lane.log" | tail -n "${LANE_TAIL:-16}" | cut -c1-150
+    tar -czf "$OUT/lane-$i.tar.gz" -C "$OUT" "lane-$i" && rm -rf "${OUT:?}/lane-$i"
+  done
+  exit 0
+fi
 if [[ $what == tests || $what == all ]]; then
   # No GPU test lives in tests/train or the learning check's tests; their modules import the
   # training extras (datasets, trl), which travel only when carried: without them, collecting
@@ -39,6 +80,11 @@ if [[ $what == bench || $what == all ]]; then
   for arg in "$@"; do [[ $prev == --part ]] && part=$arg; [[ $arg == --part=* ]] && part=${arg#--part=}; prev=$arg; done
   python3 benchmarks/evaluator.py "$@" 2>&1 | tee "$OUT/bench-evaluator-$part.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
+fi
+if [[ $what == asymmetry ]]; then
+  # asymmetry [ARGS]: benchmarks/pair_asymmetry.py (issue 22: which kind of worker times slower).
+  COLUMNS=${COLUMNS:-160} python3 benchmarks/pair_asymmetry.py "$@" 2>&1 | tee "$OUT/asymmetry.log"
+  rc=${PIPESTATUS[0]}
 fi
 if [[ $what == optimize ]]; then
   python3 -m cudal1.cli optimize "$@" 2>&1 | tee "$OUT/optimize.log" || rc=1
