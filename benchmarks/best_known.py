@@ -29,6 +29,17 @@ beat both its base and every baseline, and evaluations per GPU-hour over the ben
 time, summed over its calls (``wall_log.py``: a call killed with its GPU session still counts up
 to its last progress step); a run directory without that record falls back on the run's own.
 
+``--shard K/N`` measures the K-th of N parts of the draw (every N-th task from the K-th) in its
+own directory, ``RUN/shard-K-of-N``, so that N lanes of a machine of several GPUs
+(``scripts/gpu-check.sh lanes``) measure the benchmark at once, each task's every number still
+from one run on one GPU. The report (``--report-only`` too) reads every shard under RUN and
+puts them in one table; its evaluations per GPU-hour are over the shards' GPU time added up,
+and it names the GPUs when the shards ran on different kinds. On an H200, one run on one GPU with
+16 cores made 168 evaluations per GPU-hour with the GPU held 20% of its wall time (2026-11-28):
+the builds, not the GPU, set the pace, so one run per GPU is how more GPUs help.
+
+    python benchmarks/best_known.py RELEASE.jsonl --per-level 5 --run runs/best-known --shard 1/4
+
 ``--a-vs-a`` (issue 22: identical code must measure 1.0x inside a loaded run) runs optimize with
 ``--a-vs-a`` and adds the A-vs-A check: the reference, measured as its own candidate in every task
 (round 0's anchor, evaluated beside the run's compile builds), as a column of the table, its
@@ -239,6 +250,64 @@ def compare_run(run_dir: Path, bench_wall_s: float | None = None) -> tuple[list[
     return comparisons, facts
 
 
+SHARD_GLOB = "shard-*-of-*"
+
+
+def shard_dir(bench: Path, shard: tuple[int, int]) -> Path:
+    """Where the K-th of N parts of a benchmark lives."""
+    return bench / f"shard-{shard[0]}-of-{shard[1]}"
+
+
+def parse_shard(value: str) -> tuple[int, int]:
+    """``K/N`` with 1 <= K <= N (argparse's type for ``--shard``)."""
+    try:
+        k, n = (int(part) for part in value.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value}: expected K/N, e.g. 1/4") from None
+    if not 1 <= k <= n:
+        raise argparse.ArgumentTypeError(f"{value}: K must be between 1 and N")
+    return k, n
+
+
+def shard_of(
+    drawn: Sequence[tuple[Task, Candidate]], shard: tuple[int, int] | None
+) -> list[tuple[Task, Candidate]]:
+    """The K-th of N parts of the draw: every N-th task from the K-th (the draw is sorted by level,
+    so each part gets tasks of every level); all of it without ``shard``."""
+    return list(drawn if shard is None else drawn[shard[0] - 1 :: shard[1]])
+
+
+def bench_parts(bench: Path) -> list[Path]:
+    """The benchmark's directories: ``bench`` itself, or its shards where it was run in parts."""
+    shards = sorted(d for d in bench.glob(SHARD_GLOB) if (d / "optimize").exists())
+    return shards if shards and not (bench / "optimize").exists() else [bench]
+
+
+def compare_benchmark(bench: Path) -> tuple[list[TaskComparison], dict]:
+    """Every task's comparison over the benchmark's parts (one, or its shards), and the facts of
+    them all: evaluations and GPU time added up, complete when every part is, the GPUs named."""
+    parts = [compare_run(d / "optimize", total_wall_s(d / WALL_FILE)) for d in bench_parts(bench)]
+    comparisons = sorted((c for part, _ in parts for c in part), key=lambda c: (c.level, c.task))
+    if len(parts) == 1:
+        return comparisons, {**parts[0][1], "shards": 1}
+    facts = [f for _, f in parts]
+    gpu_s = sum(f["wall_s"] * f["devices"] for f in facts)
+    evaluations = sum(f["evaluations"] for f in facts)
+    gpus = sorted({f["gpu"] for f in facts if f["gpu"]})
+    return comparisons, {
+        **throughput_facts(evaluations, 1, None, sum(f["run_wall_s"] for f in facts)),
+        "wall_s": round(max(f["wall_s"] for f in facts), 1),
+        "wall_from": "shards",
+        "devices": sum(f["devices"] for f in facts),
+        "gpu_hours": round(gpu_s / 3600.0, 3),
+        "evaluations_per_gpu_hour": round(evaluations / (gpu_s / 3600.0), 1) if gpu_s > 0 else None,
+        "gpu_seconds": round(sum(f["gpu_seconds"] for f in facts), 1),
+        "complete": all(f["complete"] for f in facts),
+        "gpu": " / ".join(gpus) or None,
+        "shards": len(parts),
+    }
+
+
 def throughput_facts(evaluations: int, devices: int, bench_wall_s: float | None, run_wall_s: float) -> dict:
     """Evaluations per GPU-hour over the benchmark's wall time, or the run's where it has none."""
     wall_s = bench_wall_s if bench_wall_s is not None else run_wall_s
@@ -255,6 +324,11 @@ def throughput_facts(evaluations: int, devices: int, bench_wall_s: float | None,
 
 def throughput_caption(facts: dict) -> str:
     rate = facts["evaluations_per_gpu_hour"]
+    if facts.get("shards", 1) > 1:  # the parts ran side by side, one GPU each
+        return (
+            f"{facts['evaluations']} evaluations in {facts['shards']} shards, {facts['gpu_hours']:.2f} "
+            f"GPU-hours (longest {facts['wall_s']:.0f} s): {rate if rate is not None else '-'} per GPU-hour"
+        )
     return (
         f"{facts['evaluations']} evaluations in {facts['wall_s']:.0f} s ({facts['wall_from']} wall time)"
         f" on {facts['devices']} GPU(s): {rate if rate is not None else '-'} per GPU-hour"
@@ -349,8 +423,9 @@ def markdown(
         cells = list(_cells(c))
         cells[5] = c.kept.origin or "-"
         rows.append(tuple(cells))
+    where = f"one run on one {gpu}" if facts.get("shards", 1) == 1 else f"each task's run on one {gpu}"
     spec = TableSpec(
-        title=f"speedup over eager, one run on one {gpu}, {datetime.date.today().isoformat()}",
+        title=f"speedup over eager, {where}, {datetime.date.today().isoformat()}",
         columns=tuple(Col(h, right=h in {"compile best", "graph", "published"}) for h in columns),
         rows=tuple(rows),
         caption=f"{command}; " + throughput_caption(facts),
@@ -525,6 +600,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="A-vs-A check: the reference measured as its own candidate in every task, as a column, "
         "a summary line (intervals containing 1.0, half-widths, clocks) and 'a_vs_a' in the JSON",
     )
+    ap.add_argument(
+        "--shard",
+        type=parse_shard,
+        metavar="K/N",
+        help="measure the K-th of N parts of the draw in RUN/shard-K-of-N (one lane of a machine of "
+        "several GPUs each); the report reads every shard under RUN",
+    )
     ap.add_argument("--report-only", action="store_true", help="print the table of the run as it stands")
     ap.add_argument("--json", type=Path, help="write rows and summary here")
     ap.add_argument(
@@ -534,21 +616,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
 
-    args.run.mkdir(parents=True, exist_ok=True)
-    tasks_file, run = args.run / "tasks.jsonl", args.run / "optimize"
-    wall_file = args.run / WALL_FILE
+    bench = shard_dir(args.run, args.shard) if args.shard else args.run
+    bench.mkdir(parents=True, exist_ok=True)
+    tasks_file, run = bench / "tasks.jsonl", bench / "optimize"
     if not args.report_only:
-        with (args.run / COMMANDS_FILE).open("a" if args.resume else "w") as out:
+        with (bench / COMMANDS_FILE).open("a" if args.resume else "w") as out:
             out.write(_command_line(argv) + "\n")  # the README table names the run's command
-        wall = WallLog(wall_file, fresh=not args.resume)
+        wall = WallLog(bench / WALL_FILE, fresh=not args.resume)
         if not (args.resume and tasks_file.exists()):
             drawn = draw(load_cuda_l1_records(args.records), args.per_level, args.seed)
+            drawn = shard_of(drawn, args.shard)
             write_records(drawn, tasks_file, args.records)
             print(f"drew {len(drawn)} tasks with seed {args.seed}: {', '.join(t.name for t, _ in drawn)}")
         rc = run_optimize(args, tasks_file, run, wall)
         if rc != 0:
             print(f"optimize exited {rc}; the table shows what the run holds (resume with --resume)")
-    comparisons, facts = compare_run(run, total_wall_s(wall_file))
+    comparisons, facts = compare_benchmark(args.run)
     summary = summarize(comparisons)
     if args.a_vs_a:
         summary["a_vs_a"] = a_vs_a_summary(comparisons)
@@ -557,7 +640,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(json.dumps({**summary, **facts}, indent=1))
     if args.markdown:
         args.markdown.write_text(
-            markdown(comparisons, summary, facts, _run_command(args.run, argv), facts["gpu"] or "GPU")
+            markdown(
+                comparisons,
+                summary,
+                facts,
+                _run_command(bench_parts(args.run)[0], argv),
+                facts["gpu"] or "GPU",
+            )
         )
     if args.json:
         args.json.write_text(

@@ -5,6 +5,7 @@
 # so run them in two calls: tests --shard 1/2, then tests --shard 2/2.
 # best-known [ARGS]: benchmarks/best_known.py on .data/cuda-l1-h100.jsonl (carry .data, and runs/best-known
 # to resume a run from an earlier machine); the run directory comes back as $OUT/best-known.tar.gz.
+# On a machine of several GPUs, one shard a lane: lanes '0:best-known ... --shard 1/4' '1:best-known ... --shard 2/4' ...
 # train learning-check STAGE... [ARGS]: benchmarks/learning_check.py --resume (its docstring has the plan of
 # calls: prepare; sft grpo control --seeds N; ablation --seeds ...; remeasure report), stopped at
 # LEARNING_CHECK_S (540 s) with SIGINT so that the call returns; the same call resumes. Its small state
@@ -119,8 +120,13 @@ if [[ $what == best-known ]]; then
   python3 benchmarks/best_known.py .data/cuda-l1-h100.jsonl --run runs/best-known --report-only \
     --json "$OUT/best-known.json" --markdown "$OUT/best-known.md" 2>&1 | tee "$OUT/best-known-table.log"
   # One archive: the device tool brings back only a few files per call, and a run directory
-  # left out would lose the call's progress. Unpack it here as runs/best-known to resume.
-  tar -czf "$OUT/best-known.tar.gz" -C runs best-known
+  # left out would lose the call's progress. Unpack it here into runs/ to resume. A lane's
+  # --shard K/N archives its own part only (the other lanes' are being written beside it).
+  part=best-known; prev=
+  for arg in "$@"; do
+    [[ $prev == --shard ]] && part=best-known/shard-${arg/\//-of-}; [[ $arg == --shard=* ]] && a=${arg#--shard=} && part=best-known/shard-${a/\//-of-}; prev=$arg
+  done
+  tar -czf "$OUT/best-known.tar.gz" -C runs "$part"
 fi
 if [[ $what == roundtrip ]]; then
   # roundtrip [VERIFY ARGS]: optimize -> export -> verify on this GPU. The best-known run's kept

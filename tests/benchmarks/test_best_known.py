@@ -4,6 +4,7 @@ evaluations per GPU-hour over the benchmark's own wall time, which a killed call
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -14,7 +15,15 @@ from candidate_fixtures import GEMM_TASK, make_result
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from best_known import compare_task, draw, main, summarize, throughput_facts  # noqa: E402
+from best_known import (  # noqa: E402
+    compare_task,
+    draw,
+    main,
+    parse_shard,
+    shard_of,
+    summarize,
+    throughput_facts,
+)
 from wall_log import WALL_FILE, WallLog, call_seconds, total_wall_s  # noqa: E402
 
 from cudal1.config import OptimizeConfig  # noqa: E402
@@ -223,3 +232,72 @@ def test_the_report_counts_a_killed_calls_time_in_table_and_json(tmp_path, capsy
     assert "3 evaluations in 3600 s (benchmark wall time) on 1 GPU(s): 3.0 per GPU-hour" in " ".join(
         capsys.readouterr().out.split()
     )
+
+
+def test_the_shards_of_a_draw_cover_it_once_with_every_level_in_each():
+    tasks = [Task(f"L{level}_{i}", f"src {level} {i}", level=level) for level in (1, 2, 3) for i in range(4)]
+    drawn = [(t, Candidate(t.name, "k")) for t in tasks]
+    parts = [shard_of(drawn, (k, 3)) for k in (1, 2, 3)]
+    names = [t.name for part in parts for t, _ in part]
+    assert sorted(names) == sorted(t.name for t in tasks) and len(set(names)) == len(names)
+    assert all({t.level for t, _ in part} == {1, 2, 3} for part in parts)
+    assert shard_of(drawn, None) == drawn
+    assert parse_shard("2/4") == (2, 4)
+    for bad in ("0/4", "5/4", "2", "a/b"):
+        with pytest.raises(Exception, match="K"):
+            parse_shard(bad)
+
+
+def _shard_run(bench: Path, shard: str, task: Task, wall_s: float, gpu: str, done: bool) -> None:
+    run = RunDirectory(bench / f"shard-{shard}" / "optimize")
+    run.path.mkdir(parents=True)
+    with CandidateDB(run.path / "candidates.db") as db:
+        start_session(db, run, [task], OptimizeConfig(), note="")
+        for label in ("reference", "torch-compile-default"):
+            source = f"class ModelNew:\n    LABEL = {label!r}\n"
+            cid = db.add_candidate(task, source, Provenance(backend="baseline"), label=label)
+            result = make_result(task.name, source, 1.5 if label != "reference" else 1.0)
+            db.record_result(
+                cid, dataclasses.replace(result, environment=dataclasses.replace(result.environment, gpu=gpu))
+            )
+        if done:
+            db.set_meta("complete", "1")
+    (run.path.parent / WALL_FILE).write_text(json.dumps({"call": 1, "wall_s": wall_s}) + "\n")
+    (run.path.parent / "commands.txt").write_text(
+        f"python benchmarks/best_known.py r.jsonl --shard {shard.replace('-of-', '/')}\n"
+    )
+
+
+def test_the_report_reads_every_shard_into_one_table_over_their_gpu_time(tmp_path):
+    """Two lanes measured half the draw each: one table, sorted by level; evaluations per GPU-hour
+    over the shards' GPU time added up (not the longest shard's wall); incomplete while one is."""
+    other = Task("L2_7", GEMM_TASK.source.replace("Model", "Model", 1) + "\n# L2_7\n", level=2)
+    bench = tmp_path / "bench"
+    _shard_run(bench, "2-of-2", other, 1800.0, "NVIDIA H200", done=False)
+    _shard_run(bench, "1-of-2", GEMM_TASK, 1800.0, "NVIDIA H200", done=True)
+    out = tmp_path / "b.json"
+    assert main(["unused.jsonl", "--run", str(bench), "--report-only", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert [r["task"] for r in report["rows"]] == [GEMM_TASK.name, "L2_7"]
+    facts = report["facts"]
+    assert (facts["shards"], facts["evaluations"], facts["gpu_hours"]) == (2, 4, 1.0)
+    assert facts["evaluations_per_gpu_hour"] == 4.0 and facts["complete"] is False
+    assert facts["gpu"] == "NVIDIA H200"
+
+
+def test_shards_on_different_gpus_name_both(tmp_path):
+    bench = tmp_path / "bench"
+    _shard_run(bench, "1-of-2", GEMM_TASK, 600.0, "NVIDIA H100 80GB HBM3", done=True)
+    _shard_run(
+        bench,
+        "2-of-2",
+        Task("L2_7", GEMM_TASK.source + "\n# L2_7\n", level=2),
+        600.0,
+        "NVIDIA H200",
+        done=True,
+    )
+    md = tmp_path / "b.md"
+    assert main(["unused.jsonl", "--run", str(bench), "--report-only", "--markdown", str(md)]) == 0
+    text = md.read_text()
+    assert "each task's run on one NVIDIA H100 80GB HBM3 / NVIDIA H200" in text
+    assert "`python benchmarks/best_known.py r.jsonl --shard 1/2`" in text and "- complete: yes" in text
