@@ -259,8 +259,8 @@ def test_gpu_work_left_behind_each_timed_request_is_reference_disturbed(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, leave: float
 ) -> None:
     """The detector alone: with the timer guard's watch of the socket off, the work left behind
-    is rejected as ``reference_disturbed`` and as nothing else, and the honest twin is not
-    flagged. The guard names the wrapper in both runs, which with its watch on is
+    is rejected as ``reference_disturbed`` and as nothing else where it slowed the reference's
+    timed calls, gains nothing where it did not, and the honest twin is not flagged. The guard names the wrapper in both runs, which with its watch on is
     ``timer_tampered``."""
     config = EvalConfig(
         device="cuda",
@@ -277,8 +277,14 @@ def test_gpu_work_left_behind_each_timed_request_is_reference_disturbed(
     codes = {f.code: f for f in result.findings}
     assert "timer_tampered" not in codes, codes["timer_tampered"].message
     facts = result.environment.reference_disturbance
-    if leave:
-        assert "reference_disturbed" in codes, (facts, result.timing.speedup, result.timing.wall_speedup)
+    if leave and "reference_disturbed" not in codes:
+        # The work left behind need not land in the reference's timed calls: on an H200 (two runs,
+        # 2026-11-28; one of two on the H100 before) it slowed none of them beyond the margin and
+        # identical work read 0.987x (events) and 0.979x (wall). With nothing disturbed there is
+        # nothing for the detector to find; what must hold is that the candidate gained nothing.
+        assert facts["slowdown"] <= SLOWDOWN_MARGIN, facts
+        assert result.timing.speedup <= 1 + SLOWDOWN_MARGIN, (facts, result.timing.speedup)
+    elif leave:
         assert codes["reference_disturbed"].severity is Severity.REJECT and not result.ok
         assert codes["reference_disturbed"].evidence["slowdown"] > SLOWDOWN_MARGIN
         rejects = [f.code for f in result.findings if f.severity is Severity.REJECT]
