@@ -16,6 +16,18 @@ sample (on the H100, L1_89's 24 calls of 26 us sat in 8 ms of wall), so no sampl
 stands clear of the noise, the clock quotient is not computed, and on a GPU the events decide
 unchecked. Expected today: about 1/0.7 = 1.43x for identical work, no finding.
 
+Measured on an H200 (2026-11-28, ``pytest -k reply_rewrite_ms_gpu --runxfail`` in a lane of
+``gpu-check.sh lanes``, evaluator of ``8d74369``): verified at 2.103x by the events against
+0.917x on the trusted clock (K=13, 30 samples), with no finding but ``frame_introspection``
+(WARNING). More than 1.43x because the shave takes 30% of the whole reply's time, lead included,
+off the calls. The events and the trusted clock disagree in sign (the hook's own decoding makes
+the candidate's wall longer), yet the per-sample excess, 30% of the lead and calls a call, stays
+under 4 x the reference's gap noise: that threshold is for one sample, while the excess compared
+is the median of 30. A threshold from the median's own spread (about 2.6 x the noise over the
+square root of the samples, for two sides of the reference's noise) would be about half as high
+at 30 samples; whether that catches this case without flagging honest short kernels on a loaded
+host has to be measured on a GPU before it lands.
+
 What would stop it: a trusted clock that can see a sample's work, i.e. samples (a few, for the
 check only) with enough calls that their net wall stands clear of the host's noise, so the worker
 clocks are checked on every device; anything inside the worker (a watch on the connection) the
