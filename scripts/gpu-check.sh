@@ -131,9 +131,16 @@ fi
 if [[ $what == roundtrip ]]; then
   # roundtrip [VERIFY ARGS]: optimize -> export -> verify on this GPU. The best-known run's kept
   # kernels (carry runs/best-known) are exported as records and re-measured by verify.
-  records="$OUT/best-known-export.jsonl"
-  python3 -m cudal1.cli export runs/best-known/optimize --out "$records" 2>&1 | tee "$OUT/roundtrip.log"
-  if [[ ${PIPESTATUS[0]} == 0 ]]; then
+  # A benchmark run in shards (best-known --shard K/N) has a run directory per shard: their
+  # exports go into one records file.
+  records="$OUT/best-known-export.jsonl"; : >"$records"; : >"$OUT/roundtrip.log"; exported=0
+  for run in runs/best-known/optimize runs/best-known/shard-*-of-*/optimize; do
+    [[ -d $run ]] || continue
+    python3 -m cudal1.cli export "$run" --out "$OUT/part.jsonl" 2>&1 | tee -a "$OUT/roundtrip.log"
+    [[ ${PIPESTATUS[0]} == 0 ]] && cat "$OUT/part.jsonl" >>"$records" && exported=1
+    rm -f "$OUT/part.jsonl"
+  done
+  if [[ $exported == 1 ]]; then
     COLUMNS=${COLUMNS:-200} python3 -m cudal1.cli verify "$records" --json-out "$OUT/roundtrip.json" "$@" \
       2>&1 | tee -a "$OUT/roundtrip.log"
     rc=${PIPESTATUS[0]}
