@@ -2,6 +2,7 @@
 
     python benchmarks/pair_asymmetry.py [--tasks lb_mlp3 2_conv_block 1_gemm] [--samples 400]
     python benchmarks/pair_asymmetry.py --device cpu --tasks 3_softmax --variants 'reference + prewarm + float64 twin (pool)' --repeats 8
+    python benchmarks/pair_asymmetry.py --tasks lb_mlp3 --variants 'candidate (control)' --repeats 6 [--fixed-layout]
 
 Each row times the task's own code in two worker processes with the evaluator's paired timing
 (``measure_paired``: fresh inputs per sample, random order, both sides pinned to one CPU) and
@@ -11,7 +12,12 @@ worker built as the pool builds it, and reference workers with one of its steps 
 away from 1.000 where the control is at 1.000 names the step that slows one side's launches.
 With ``--repeats N``, each row is N fresh pairs, and the table gives their scatter: the
 reproducibility floor that the evaluator's intervals add (``timing.reproducibility_floor`` on a
-GPU, ``reproducibility_floor_cpu`` on the CPU) is the 95% half-width it implies. Made for a GPU
+GPU, ``reproducibility_floor_cpu`` on the CPU) is the 95% half-width it implies. ``--fixed-layout``
+starts both sides of every pair without address-space randomisation and with one hash seed
+(``sandbox.fixed_layout``): on an H200 (2026-11-28) fresh control pairs of ``lb_mlp3`` read
+0.998, 1.020 and 1.046, and the reference kinds scattered as widely either side of 1.0, so the
+difference is each process's, not a step of the reference's; run the control with and without
+the flag to see whether the layout is it. Made for a GPU
 (``--device cpu`` times the CPU build of the bundled tasks); prints a table.
 """
 
@@ -58,11 +64,14 @@ VARIANTS = {
     "reference + prewarm + float64 twin (pool)": {"role": "reference", "prewarm": True, "float64": True},
     "reference, TF32 setter off": {"role": "reference", "entry": NO_TF32_ENTRY},
 }
+# One word each, for command lines that split on spaces (gpu-check.sh lanes).
+SHORT = dict(zip(("control", "plain", "prewarm", "float64", "no-tf32"), VARIANTS, strict=True))
 
 
 def start(task: Task, init_args: list[Any], device: str, cpu: int, extra_path: str, *, role: str = "candidate",
-          prewarm: bool = False, float64: bool = False, entry: str | None = None) -> WorkerProcess:
-    sandbox = SandboxConfig(call_timeout_s=120)
+          prewarm: bool = False, float64: bool = False, entry: str | None = None,
+          fixed_layout: bool = False) -> WorkerProcess:
+    sandbox = SandboxConfig(call_timeout_s=120, fixed_layout=fixed_layout)
     env = {"PYTHONPATH": os.pathsep.join([extra_path, str(Path(__file__).resolve().parents[1] / "src")])}
     if role == "reference":
         proc = WorkerProcess(sandbox, role=Role.REFERENCE, entry=entry or REFERENCE_ENTRY, extra_env=env)
@@ -85,11 +94,12 @@ def start(task: Task, init_args: list[Any], device: str, cpu: int, extra_path: s
 
 
 def pair(
-    task: Task, variant: dict[str, Any], samples: int, device: str, cpu: int, extra_path: str
+    task: Task, variant: dict[str, Any], samples: int, device: str, cpu: int, extra_path: str,
+    fixed_layout: bool = False,
 ) -> tuple[float, float, float, int]:
     init_args = _init_args(task)
-    a = start(task, init_args, device, cpu, extra_path, **variant)
-    b = start(task, init_args, device, cpu, extra_path)
+    a = start(task, init_args, device, cpu, extra_path, **variant, fixed_layout=fixed_layout)
+    b = start(task, init_args, device, cpu, extra_path, fixed_layout=fixed_layout)
     try:
         seeds = itertools.count(10_000)  # each sample's timed inputs, made inside its timed request
 
@@ -120,11 +130,15 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=["lb_mlp3", "2_conv_block", "1_gemm"])
     parser.add_argument("--samples", type=int, default=400)
     parser.add_argument("--device", default="cuda:0", help="cuda:N, or cpu for a smoke test")
-    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS), metavar="SIDE_A",
-                        help="which kinds of side A (default: all)")
+    parser.add_argument("--variants", nargs="+", choices=[*VARIANTS, *SHORT], default=list(VARIANTS),
+                        metavar="SIDE_A", help=f"which kinds of side A (default: all; short: {', '.join(SHORT)})")
     parser.add_argument("--repeats", type=int, default=1,
                         help="fresh process pairs per row; above 1, the table gives their scatter and the "
                              "reproducibility floor it implies (timing.reproducibility_floor[_cpu])")
+    parser.add_argument("--fixed-layout", action="store_true",
+                        help="both sides of every pair start with sandbox.fixed_layout (no address-space "
+                             "randomisation, one hash seed): with --repeats, whether the scatter of fresh "
+                             "pairs is the processes' layouts")
     args = parser.parse_args()
     size = "cpu" if args.device == "cpu" else "gpu"
     tasks = {t.name: t for t in bundled_tasks(size)} | launch_bound_tasks()
@@ -132,7 +146,8 @@ def main() -> None:
     Path(extra, f"{NO_TF32_ENTRY}.py").write_text(_NO_TF32)
     cpu = max(os.sched_getaffinity(0))
     os.sched_setaffinity(0, os.sched_getaffinity(0) - {cpu})
-    title = f"A-vs-A by kind of side A ({args.samples} paired samples, both sides on CPU {cpu}"
+    layout = ", fixed layout" if args.fixed_layout else ""
+    title = f"A-vs-A by kind of side A ({args.samples} paired samples, both sides on CPU {cpu}{layout}"
     table = Table(title=title + (f", {args.repeats} fresh pairs each)" if args.repeats > 1 else ")"))
     cols = ["task", "side A", "K", "ratio A/B", "95% CI"]
     if args.repeats > 1:  # the CI column then spans the fresh pairs' medians
@@ -140,10 +155,11 @@ def main() -> None:
     for col in cols:
         table.add_column(col, justify="left" if col in ("task", "side A") else "right")
     for name in args.tasks:
-        for label in args.variants:
+        for label in (SHORT.get(v, v) for v in args.variants):
             runs = []
             for _ in range(args.repeats):
-                med, lo, hi, k = pair(tasks[name], VARIANTS[label], args.samples, args.device, cpu, extra)
+                med, lo, hi, k = pair(tasks[name], VARIANTS[label], args.samples, args.device, cpu, extra,
+                                      args.fixed_layout)
                 console.print(f"{name:14s} {label:45s} K={k:3d} {med:.4f} [{lo:.4f}, {hi:.4f}]")
                 runs.append((med, lo, hi, k))
             if args.repeats == 1:

@@ -168,6 +168,13 @@ class SandboxConfig(StrictConfig):
         "half of the machine's memory shared among the pool's candidate workers; 0: no cap",
     )
     cpu_time_limit_s: int | None = Field(3600, description="RLIMIT_CPU for workers")
+    fixed_layout: bool = Field(
+        False,
+        description="start every worker with address-space randomisation off and one string-hash "
+        "seed, so that two workers of the same code lay out their memory alike: identical code "
+        "read up to 4.6% apart from one fresh pair of workers to the next on a launch-bound task "
+        "(H200, benchmarks/pair_asymmetry.py); whether this removes it is measured there",
+    )
     keep_env: tuple[str, ...] = Field(
         (
             "PATH",

@@ -272,3 +272,38 @@ def test_processes_that_leave_the_group_are_found_and_killed_with_the_worker():
     while any(_running(pid) for pid in strays) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(_running(pid) for pid in strays), "a process that left the group outlived its worker"
+
+
+def _heap(worker: WorkerProcess) -> str:
+    """Where the worker's heap lies (its address range in /proc/PID/maps)."""
+    maps = Path(f"/proc/{worker.proc.pid}/maps").read_text().splitlines()
+    return next(line.split()[0] for line in maps if line.endswith("[heap]"))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_with_a_fixed_layout_lay_out_their_memory_alike():
+    """``fixed_layout`` (issue 22: identical code in two fresh workers timed a few % apart): both
+    workers of a pair start unrandomised with one string-hash seed, so their heaps begin at one
+    address; without it each is randomised, and two heaps never met in the same place."""
+    if int(Path("/proc/self/personality").read_text(), 16) & launch.ADDR_NO_RANDOMIZE:
+        pytest.skip("this process already runs without address-space randomisation")
+    fixed = SandboxConfig(call_timeout_s=60, fixed_layout=True)
+    with WorkerProcess(fixed) as first, WorkerProcess(fixed) as second:
+        for worker in (first, second):
+            worker.wait_ready()
+            personality = int(Path(f"/proc/{worker.proc.pid}/personality").read_text(), 16)
+            assert personality & launch.ADDR_NO_RANDOMIZE
+            assert b"PYTHONHASHSEED=0\0" in Path(f"/proc/{worker.proc.pid}/environ").read_bytes()
+        assert _heap(first) == _heap(second)
+    with (
+        WorkerProcess(SandboxConfig(call_timeout_s=60)) as first,
+        WorkerProcess(SandboxConfig(call_timeout_s=60)) as second,
+    ):
+        for worker in (first, second):
+            worker.wait_ready()
+            assert (
+                not int(Path(f"/proc/{worker.proc.pid}/personality").read_text(), 16)
+                & launch.ADDR_NO_RANDOMIZE
+            )
+            assert b"PYTHONHASHSEED" not in Path(f"/proc/{worker.proc.pid}/environ").read_bytes()
+        assert _heap(first) != _heap(second)

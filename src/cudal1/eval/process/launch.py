@@ -30,12 +30,20 @@ from cudal1.eval.process import memory
 
 # prctl(2): PR_SET_PDEATHSIG, the signal a process gets when its parent dies (Linux only).
 PR_SET_PDEATHSIG = 1
+# personality(2): ADDR_NO_RANDOMIZE, address-space layout randomisation off for the new image.
+ADDR_NO_RANDOMIZE = 0x0040000
+QUERY_PERSONALITY = 0xFFFFFFFF
+# The string-hash seed of every worker with a fixed layout (``SandboxConfig.fixed_layout``).
+FIXED_HASH_SEED = "0"
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
 
-def worker_env(keep: Iterable[str], sandbox: Path, extra: dict[str, str]) -> dict[str, str]:
+def worker_env(
+    keep: Iterable[str], sandbox: Path, extra: dict[str, str], *, fixed_layout: bool = False
+) -> dict[str, str]:
     """A worker's environment: of this process's, only the variables named in ``keep``
-    (``SandboxConfig.keep_env``); its sandbox as HOME, TMPDIR and Triton cache; then ``extra``."""
+    (``SandboxConfig.keep_env``); its sandbox as HOME, TMPDIR and Triton cache; one string-hash
+    seed with ``fixed_layout``; then ``extra``."""
     env = {k: os.environ[k] for k in keep if k in os.environ}
     src_root = str(Path(__file__).resolve().parents[3])  # cudal1 importable when not installed
     env["PYTHONPATH"] = import_path(src_root, env.get("PYTHONPATH", ""))
@@ -50,6 +58,8 @@ def worker_env(keep: Iterable[str], sandbox: Path, extra: dict[str, str]) -> dic
         # steal time from the one being timed.
         OMP_WAIT_POLICY="PASSIVE",
     )
+    if fixed_layout:
+        env["PYTHONHASHSEED"] = FIXED_HASH_SEED
     env.update(extra)
     return env
 
@@ -62,9 +72,18 @@ def import_path(src_root: str, inherited: str) -> str:
     return os.pathsep.join(dict.fromkeys([src_root, *kept]))
 
 
-def confine(parent: int, cpus: set[int] | None, cpu_time_limit_s: int | None, memory_limit: int) -> None:
-    """In the child, before it runs anything: die with the evaluator, then the limits."""
+def confine(
+    parent: int,
+    cpus: set[int] | None,
+    cpu_time_limit_s: int | None,
+    memory_limit: int,
+    fixed_layout: bool = False,
+) -> None:
+    """In the child, before it runs anything: die with the evaluator, then the limits; with
+    ``fixed_layout``, the image it executes next gets no address-space randomisation."""
     die_with_parent(parent)
+    if fixed_layout:
+        no_randomisation()
     if cpus:
         os.sched_setaffinity(0, cpus)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -73,6 +92,16 @@ def confine(parent: int, cpus: set[int] | None, cpu_time_limit_s: int | None, me
         resource.setrlimit(resource.RLIMIT_CPU, (lim, lim + 5))
     if memory_limit:
         memory.limit_data(memory_limit)
+
+
+def no_randomisation() -> None:
+    """Address-space randomisation off for this process's next image (personality(2)); where
+    the system refuses (a container's seccomp profile may), the worker starts randomised, and
+    its ``/proc/self/personality`` says so."""
+    if _LIBC is not None:
+        current = _LIBC.personality(QUERY_PERSONALITY)
+        if current != -1:
+            _LIBC.personality(current | ADDR_NO_RANDOMIZE)
 
 
 def die_with_parent(parent: int) -> None:

@@ -151,7 +151,7 @@ class WorkerProcess:
         self.dir = Path(tempfile.mkdtemp(prefix=f"cudal1-{role}-{os.getpid()}-"))
         self.log_path = self.dir / "worker.log"
         parent_sock, child_sock = socket.socketpair()
-        env = launch.worker_env(config.keep_env, self.dir, extra_env or {})
+        env = launch.worker_env(config.keep_env, self.dir, extra_env or {}, fixed_layout=config.fixed_layout)
         with open(self.log_path, "wb") as logf:
             self.proc = launch.popen(
                 args=[sys.executable, "-P", "-m", entry, str(child_sock.fileno())],
@@ -163,7 +163,12 @@ class WorkerProcess:
                 pass_fds=(child_sock.fileno(),),
                 start_new_session=True,  # its own process group: kill takes its children too
                 preexec_fn=partial(
-                    launch.confine, self._parent, cpus, config.cpu_time_limit_s, self.memory_limit
+                    launch.confine,
+                    self._parent,
+                    cpus,
+                    config.cpu_time_limit_s,
+                    self.memory_limit,
+                    config.fixed_layout,
                 ),
             )
         child_sock.close()
