@@ -3,6 +3,8 @@ side is ``test_lead_gpu.py``."""
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from cudal1.eval.process import lead
@@ -14,3 +16,24 @@ def test_a_cpu_has_no_lead():
     lead.spin(100.0)  # nothing queued, nothing raised
     assert lead.marks() is None
     assert not lead.altered()  # settings are sealed on a GPU only
+
+
+def test_the_lead_is_sealed_per_gpu_so_a_move_the_pool_made_is_no_change(monkeypatch):
+    """A pool of several GPUs loads a candidate's task on the first and times it on the one it
+    assigned: the lead prepared there by the trusted side is not 'altered' (on two H200s, CUDA-L1
+    kernels timed on the second GPU were rejected as timer_tampered for it). Re-prepared as the
+    fallback on the GPU it is timed on, it still is."""
+    monkeypatch.setattr(lead, "_LEAD", lead._Lead())
+    monkeypatch.setattr(lead.torch.cuda, "device", lambda device: contextlib.nullcontext())
+
+    def full_gpu(device: torch.device) -> str:  # what the GPU's preparation leaves, in short
+        lead._LEAD.kind, lead._LEAD.programs, lead._LEAD.maxnreg = "full-gpu", 528, 128
+        return ""
+
+    monkeypatch.setattr(lead, "_prepare_full_gpu", full_gpu)
+    monkeypatch.setattr(lead, "_sleep_cycles_per_us", lambda: 1000.0)
+    first, second = torch.device("cuda", 0), torch.device("cuda", 1)
+    assert lead.prepare(first) == "full-gpu" and not lead.altered()
+    assert lead.prepare(second) == "full-gpu" and not lead.altered()
+    lead.prepare(second, full_gpu=False)  # what a candidate could do to the lead it is timed with
+    assert lead.kind() == "one-sm" and lead.altered()

@@ -31,7 +31,7 @@ What is not covered:
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -91,7 +91,11 @@ class _Lead:
     maxnreg: int = 0  # full-gpu: registers a thread may use, so that a full SM's threads fit
     cycles_per_us: float = 0.0  # one-sm: torch.cuda._sleep cycles per microsecond
     marks: torch.Tensor | None = None  # full-gpu: each program's start and end, globaltimer ns
-    first: tuple[Any, ...] | None = None  # the settings of the first preparation on a GPU
+    # The settings of the first preparation on each GPU. Per device: a worker of a pool of several
+    # GPUs loads its task on the first and is timed on the one it is assigned, and a lead sealed
+    # once read that trusted move as the candidate's change (on two H200s, 7 of 23 CUDA-L1 kernels
+    # rejected as timer_tampered, 'lead settings', 2026-11-28).
+    first: dict[torch.device, tuple[Any, ...]] = field(default_factory=dict)
 
     def settings(self) -> tuple[Any, ...]:
         return (self.requested, self.kind, self.programs, self.maxnreg, self.cycles_per_us)
@@ -119,8 +123,7 @@ def prepare(device: torch.device, full_gpu: bool = True) -> LeadKind:
         if reason:
             _LEAD.kind, _LEAD.reason = "one-sm", reason
             _LEAD.cycles_per_us = _sleep_cycles_per_us()
-    if _LEAD.first is None:
-        _LEAD.first = _LEAD.settings()
+    _LEAD.first.setdefault(device, _LEAD.settings())
     return _LEAD.kind
 
 
@@ -218,6 +221,8 @@ def marks() -> torch.Tensor | None:
 
 
 def altered() -> bool:
-    """Whether the lead's settings differ from those of its first preparation on a GPU (a
-    candidate that re-prepared it as the fallback, or changed its programs)."""
-    return _LEAD.first is not None and _LEAD.settings() != _LEAD.first
+    """Whether the lead's settings differ from those of its first preparation on the GPU it
+    is on now (a candidate that re-prepared it as the fallback, or changed its programs)."""
+    device = _LEAD.requested[0] if _LEAD.requested is not None else None
+    first = _LEAD.first.get(device) if device is not None else None
+    return first is not None and _LEAD.settings() != first
