@@ -2,7 +2,9 @@
 # Runs on the GPU machine (device tool): installs carried wheels, runs the GPU tests and the
 # benchmarks, and writes logs under $OUT. Usage: bash scripts/gpu-check.sh [tests|bench|all|asymmetry|optimize|verify|best-known|roundtrip|train|lanes] [ARGS...]
 # tests [PYTEST ARGS]: the GPU tests; they take longer than one 10-minute call (H100, 2026-11-26),
-# so run them in two calls: tests --shard 1/2, then tests --shard 2/2.
+# so run them in two calls: tests --shard 1/2, then tests --shard 2/2; or, on a machine of two
+# GPUs or more, in one: lanes '0:tests --shard 1/2' '1:tests --shard 2/2'. The tests that need
+# two GPUs run only where the lane has them: lanes '0,1:tests -k either_gpu'.
 # best-known [ARGS]: benchmarks/best_known.py on .data/cuda-l1-h100.jsonl (carry .data, and runs/best-known
 # to resume a run from an earlier machine); the run directory comes back as $OUT/best-known.tar.gz.
 # On a machine of several GPUs, one shard a lane: lanes '0:best-known ... --shard 1/4' '1:best-known ... --shard 2/4' ...

@@ -5,9 +5,10 @@ gate and reference workers per name, least-loaded assignment) to run as it does 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from cudal1.eval.pool import EvalPool
-from cudal1.schema import EvalRequest
+from cudal1.schema import EvalRequest, Severity
 
 RIGHT = "        return torch.relu(self.lin(x))  # variant {i}"
 
@@ -31,3 +32,29 @@ def test_two_devices_share_the_work_and_say_so(task, fast_config, candidate):
 def test_a_device_named_twice_is_an_error(fast_config):
     with pytest.raises(ValueError, match="once"):
         EvalPool(fast_config, devices=["cpu:0", "cpu:0"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two CUDA GPUs"
+)
+def test_honest_candidates_timed_on_either_gpu_are_verified(task, fast_config, candidate):
+    """Over two GPUs a candidate's worker loads its task on the first and is timed on the one it
+    is assigned: nothing the trusted side did there may read as the candidate's doing (on two
+    H200s the lead, prepared again on the second GPU, was 'lead settings' changed: timer_tampered)."""
+    config = fast_config.model_copy(
+        update={
+            "device": "cuda",
+            "timing": fast_config.timing.model_copy(update={"budget_s": 1.0}),
+            "sandbox": fast_config.sandbox.model_copy(
+                update={"call_timeout_s": 120, "first_calls_timeout_s": 300, "import_timeout_s": 600}
+            ),
+        }
+    )
+    requests = [EvalRequest(task, candidate(RIGHT.format(i=i)), str(i)) for i in range(6)]
+    with EvalPool(config, spares=0, devices=["cuda:0", "cuda:1"]) as pool:
+        results = dict(pool.evaluate_many(requests))
+    assert {r.device for r in results.values()} == {"cuda:0", "cuda:1"}
+    for result in results.values():
+        rejects = [f.code for f in result.findings if f.severity is Severity.REJECT]
+        assert result.ok and not rejects, (result.device, rejects, result.error)
