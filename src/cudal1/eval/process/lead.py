@@ -110,8 +110,7 @@ def prepare(device: torch.device, full_gpu: bool = True) -> LeadKind:
     worker prepares where its task loads, before any candidate code, so the kernel it launches is
     the one compiled there and not one a candidate left in its Triton cache directory.
     ``full_gpu=False``: the fallback, on purpose (tests)."""
-    if device.type == "cuda" and device.index is None:  # one name for one device ("cuda" is "cuda:0")
-        device = torch.device("cuda", torch.cuda.current_device())
+    device = _one_name(device)
     if _LEAD.requested == (device, full_gpu):
         return _LEAD.kind
     _LEAD.requested = (device, full_gpu)
@@ -220,9 +219,20 @@ def marks() -> torch.Tensor | None:
     return _LEAD.marks.view(-1, 2)
 
 
-def altered() -> bool:
-    """Whether the lead's settings differ from those of its first preparation on the GPU it
-    is on now (a candidate that re-prepared it as the fallback, or changed its programs)."""
-    device = _LEAD.requested[0] if _LEAD.requested is not None else None
-    first = _LEAD.first.get(device) if device is not None else None
+def _one_name(device: torch.device) -> torch.device:
+    """One name for one device: "cuda" is the current one's index."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def altered(device: torch.device | None = None) -> bool:
+    """Whether the lead's settings differ from those of its first preparation on ``device``
+    (the GPU a sample is timed on; default: the one it was last prepared for): a candidate that
+    re-prepared it as the fallback, changed its programs, or moved it to another GPU."""
+    if device is None:
+        if _LEAD.requested is None:
+            return False
+        device = _LEAD.requested[0]
+    first = _LEAD.first.get(_one_name(device)) if device.type == "cuda" else None
     return first is not None and _LEAD.settings() != first

@@ -187,10 +187,11 @@ def snapshot(server: Any, table: dict[Any, Callable[..., Any]], conn: Any = None
         _SNAPSHOT[label] = _Seen(get, value, _code(value))
 
 
-def tampered() -> list[str]:
-    """The names of what differs from the snapshot (none taken: nothing to compare, [])."""
+def tampered(device: torch.device | None = None) -> list[str]:
+    """The names of what differs from the snapshot (none taken: nothing to compare, []);
+    ``device``: the GPU the sample was timed on, whose lead must be as first prepared there."""
     found = [label for label, seen in _SNAPSHOT.items() if _changed(seen)]
-    if lead.altered():
+    if lead.altered(device):
         found.append("lead settings")
     return found
 
