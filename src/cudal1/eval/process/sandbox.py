@@ -91,6 +91,9 @@ class SandboxLimits(Protocol):
     def cpu_time_limit_s(self) -> int | None: ...
     @property
     def keep_env(self) -> tuple[str, ...]: ...
+    # Address-space randomisation off and one hash seed (issue 22: per-process timing scatter).
+    @property
+    def fixed_layout(self) -> bool: ...
 
 
 # How a worker failed: it died, went silent past its timeout, sent garbage, or was killed for
