@@ -145,7 +145,8 @@ def main() -> None:
     extra = tempfile.mkdtemp(prefix="cudal1-asym-")
     Path(extra, f"{NO_TF32_ENTRY}.py").write_text(_NO_TF32)
     cpu = max(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, os.sched_getaffinity(0) - {cpu})
+    if rest := os.sched_getaffinity(0) - {cpu}:  # with one CPU, this process shares it
+        os.sched_setaffinity(0, rest)
     layout = ", fixed layout" if args.fixed_layout else ""
     title = f"A-vs-A by kind of side A ({args.samples} paired samples, both sides on CPU {cpu}{layout}"
     table = Table(title=title + (f", {args.repeats} fresh pairs each)" if args.repeats > 1 else ")"))

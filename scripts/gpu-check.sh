@@ -21,7 +21,7 @@ if [[ -n ${GPU_CHECK_LANE:-} ]]; then
   :  # a lane of `lanes`: the parent installed the wheels and set PYTHONPATH
 elif ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD/src
+  export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH  # bin: a carried py-spy
 else
   export PYTHONPATH=$PWD/src
 fi
@@ -40,10 +40,28 @@ if [[ $what == lanes ]]; then
   # numbers are those of a loaded machine.
   ngpu=$(nvidia-smi -L | wc -l); k=0; pids=()
   # The host's memory and the GPUs' use every 30 s: an H200 host's memory grows as it is used
-  # (KINDS.md), and lanes that stall together point at the host.
+  # (KINDS.md), and lanes that stall together point at the host. A lane whose log has not grown
+  # for LANE_STALL_S (120 s) gets the processes' states and, where py-spy was carried (.whl),
+  # the Python stacks of its busiest processes, once per stall: on four H200s three lanes stalled
+  # within one minute and left nothing to tell why (2026-11-28).
   (while sleep 30; do date +%T; grep -E 'MemTotal|MemAvailable' /proc/meminfo | tr -s ' ' | tr '\n' ' '; echo
      nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader | tr '\n' ' '; echo
-     uptime; done >"$OUT/monitor.txt" 2>&1) &
+     uptime
+     for log in "$OUT"/lane-*/lane.log; do
+       [[ -f $log ]] || continue
+       idle=$(( $(date +%s) - $(stat -c %Y "$log") ))
+       if (( idle < ${LANE_STALL_S:-120} )); then rm -f "$log.stalled"; continue; fi
+       [[ -f $log.stalled ]] && continue
+       touch "$log.stalled"
+       echo "stall: ${log%/lane.log} silent for ${idle} s"
+       ps -eo pid,ppid,stat,etime,pcpu,rss,args --sort=-pcpu | cut -c1-160 | head -30
+       if command -v py-spy >/dev/null; then
+         for pid in $(pgrep -f 'cudal1|pytest|benchmarks/' | head -8); do
+           timeout 20 py-spy dump --pid "$pid" 2>&1 | head -40
+         done
+       fi
+     done
+   done >"$OUT/monitor.txt" 2>&1) &
   monitor=$!
   for spec in "$@"; do
     gpus=${spec%%:*}; cmd=${spec#*:}
