@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from cudal1.eval.pool import EvalPool
+from cudal1.eval.process.protocol import Command, Role
+from cudal1.eval.process.sandbox import WorkerProcess
 from cudal1.schema import EvalRequest, Severity
 
 RIGHT = "        return torch.relu(self.lin(x))  # variant {i}"
@@ -27,6 +29,35 @@ def test_two_devices_share_the_work_and_say_so(task, fast_config, candidate):
         assert result.environment.pool.kind == "local"
         assert result.environment.pool.devices == 2
         assert sum(result.environment.pool.device_counts.values()) <= 4
+
+
+def test_a_candidates_worker_loads_its_task_on_the_device_it_is_timed_on(
+    task, fast_config, candidate, monkeypatch
+):
+    """The device is chosen before the candidate's worker loads the task: its LOAD_TASK names
+    the device its result is checked and timed on, so whatever it makes at import, its lead and
+    its state as found are there (loaded on the first and timed on the second GPU, the lead
+    prepared again read as the candidate's change on two H200s)."""
+    loads: dict[int, str] = {}  # candidate worker pid -> the device its LOAD_TASK named
+    builds: dict[int, set[str]] = {}  # ... and those its BUILDs (the checked and timed models) named
+    request = WorkerProcess.request
+
+    def watched(self, cmd, timeout=None, **args):
+        if self.role is Role.CANDIDATE and cmd is Command.LOAD_TASK:
+            loads[self.proc.pid] = args["device"]
+        if self.role is Role.CANDIDATE and cmd is Command.BUILD:
+            builds.setdefault(self.proc.pid, set()).add(args["device"])
+        return request(self, cmd, timeout, **args)
+
+    monkeypatch.setattr(WorkerProcess, "request", watched)
+    config = fast_config.model_copy(update={"time": False})
+    requests = [EvalRequest(task, candidate(RIGHT.format(i=i)), str(i)) for i in range(6)]
+    with EvalPool(config, spares=0, devices=["cpu:0", "cpu:1"]) as pool:
+        results = dict(pool.evaluate_many(requests))
+    assert all(r.correct for r in results.values()), [r.error for r in results.values()]
+    assert {r.device for r in results.values()} == {"cpu:0", "cpu:1"}
+    assert len(loads) == 6 and builds.keys() == loads.keys()
+    assert all(builds[pid] == {device} for pid, device in loads.items()), (loads, builds)
 
 
 def test_a_device_named_twice_is_an_error(fast_config):

@@ -87,11 +87,6 @@ class Evaluation:
     def failed(self) -> bool:
         return self.record.failed
 
-    def move_to(self, device: str) -> None:
-        """The device the pool assigned for the checked and timed part (static checks and the
-        compile ran before it was known)."""
-        self.pair.device = device
-
     # -- phases, in the order the pool drives them --------------------------------------------
     def run_static(self) -> None:
         with self.record.stage(Stage.STATIC):

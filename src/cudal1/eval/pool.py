@@ -24,8 +24,9 @@ the other), and the pool's own threads and worker processes (checks included) ru
 (its worker processes and its threads), never its caller's process.
 
 Several devices (``devices=["cuda:0", "cuda:1"]``): one timing lane per device (its lock, its
-memory gate, its reference workers), a request goes to the device with the fewest requests past
-compile, and builds share the CPU cores. ``Pool`` is the interface this pool and the Ray pool
+memory gate, its reference workers), a request goes to the device with the fewest requests in
+flight, chosen before its worker loads the task (so the candidate's code runs with that GPU
+current from its import on), and builds share the CPU cores. ``Pool`` is the interface this pool and the Ray pool
 (``ray_pool``) share; ``pool_kinds.make_pool`` picks one from the config. The workers kept warm
 (spares, the tasks' reference workers) are ``warm_workers``'s.
 """
@@ -131,7 +132,7 @@ class EvalPool(StreamingPool):
         # At most ``workers`` candidates in flight and ``spares`` ready: the memory cap's share.
         self.config = config = with_memory_limit(config, workers + spares)
         self._access = {d: DeviceAccess() for d in self.devices}
-        self._assigned = dict.fromkeys(self.devices, 0)  # requests past compile, per device
+        self._assigned = dict.fromkeys(self.devices, 0)  # requests in flight, per device
         self._timed = dict.fromkeys(self.devices, 0)  # evaluations that reached each device
         self._assign_lock = threading.Lock()
         self._timing_cpus, self._general_cpus = split_cpus(
@@ -240,11 +241,27 @@ class EvalPool(StreamingPool):
 
     def _run_once(self, task: Task, source: str, subject: str, *, exclusive: bool) -> EvalResult:
         self._check_running()
-        ev = Evaluation(task, source, self.config, self.devices[0])
-        with self._activity.state("building"):
-            env = self._prepare(ev)
-        if env is None:
+        # The device first: the candidate's worker loads the task with it current, so that its
+        # lead, its state as found and whatever the candidate makes at import are on the GPU it is
+        # checked and timed on (assigned after the compile, the lead prepared again there read as
+        # the candidate's change: two H200s, 2026-11-28).
+        device = self._assign()
+        try:
+            ev = Evaluation(task, source, self.config, device)
+            with self._activity.state("building"):
+                env = self._prepare(ev)
+            if env is None:
+                return ev.result()
+            self._load_and_check(ev, task, subject, exclusive, env)
             return ev.result()
+        finally:
+            with self._assign_lock:
+                self._assigned[device] -= 1
+
+    def _load_and_check(
+        self, ev: Evaluation, task: Task, subject: str, exclusive: bool, env: dict[str, str]
+    ) -> None:
+        """A spare worker imports the candidate, then the checked and timed part on its device."""
         cand = self._spares.take()
         cand.subject = subject
         with self._live_lock:
@@ -262,7 +279,6 @@ class EvalPool(StreamingPool):
                 self._quiet.close_outside_windows(cand)
             with self._live_lock:
                 self._live.discard(cand)
-        return ev.result()
 
     def _prepare(self, ev: Evaluation) -> dict[str, str] | None:
         """Static checks and the task's reference; the candidate's build environment, or None
@@ -270,8 +286,8 @@ class EvalPool(StreamingPool):
         ev.run_static()
         if ev.failed:
             return None
-        # Reference info (torch, CUDA, arch) keys the build cache; any device's worker will do.
-        probe = self._refs.hold(ev.task, self.devices[0])
+        # Reference info (torch, CUDA, arch) keys the build cache: the evaluation's device's.
+        probe = self._refs.hold(ev.task, ev.device)
         try:
             if not ev.attach_reference(probe):
                 self._refs.drop(probe)
@@ -283,11 +299,10 @@ class EvalPool(StreamingPool):
         return env
 
     def _on_device(self, ev: Evaluation, task: Task, cand: WorkerProcess, exclusive: bool) -> None:
-        device = self._assign()
+        device = ev.device
         ref = self._refs.hold(task, device)
         placement = PoolPlacement("local", devices=len(self.devices))
         try:
-            ev.move_to(device)
             if not ev.attach_reference(ref):
                 return
             gate = self._gate(device, ref)
@@ -306,7 +321,6 @@ class EvalPool(StreamingPool):
         finally:
             self._refs.done_with(ref)
             with self._assign_lock:
-                self._assigned[device] -= 1
                 self._timed[device] += 1
                 ev.record.note(pool=dataclasses.replace(placement, device_counts=dict(self._timed)))
 
@@ -393,7 +407,7 @@ class EvalPool(StreamingPool):
             return self._gates[device]
 
     def _assign(self) -> str:
-        """The device with the fewest requests building or waiting on it."""
+        """The device with the fewest requests in flight on it."""
         with self._assign_lock:
             device = min(self.devices, key=self._assigned.__getitem__)
             self._assigned[device] += 1
