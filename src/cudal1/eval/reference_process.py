@@ -198,7 +198,7 @@ class ReferenceServer(WorkerServer):
         key: str | None,
         reply: bytes,
         tolerance: dict[str, Any],
-        device_type: str,
+        device: str,
         min_scale: float = 1.0,
         index: int = 0,
     ) -> dict[str, Any]:
@@ -221,7 +221,7 @@ class ReferenceServer(WorkerServer):
             ref, ref64 = (_on(d, self.device) for d in self.expected[key])
         assert ref is not None
         tol = SimpleNamespace(**tolerance)
-        cmp = compare_outputs(cand, ref, ref64, tol, device_type, min_scale)
+        cmp = compare_outputs(cand, ref, ref64, tol, device, min_scale)
         answer: dict[str, Any] = {"comparison": dataclasses.asdict(cmp), "digests": cand_digests}
         allowance = self.allowances.get(key) if key is not None else None
         if cmp.ok and allowance is not None:

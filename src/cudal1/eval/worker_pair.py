@@ -265,7 +265,7 @@ class WorkerPair:
             key=key,
             reply=raw_reply,
             tolerance=self.config.tolerance.model_dump(),
-            device_type=device_type(self.device),
+            device=self.device,
             min_scale=min_scale,
             index=index,
         )

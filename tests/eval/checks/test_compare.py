@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cudal1.config import ToleranceConfig
-from cudal1.eval.checks.compare import compare_outputs
+from cudal1.eval.checks.compare import compare_outputs, on_device
 from cudal1.report.terminal import correctness_line
 from cudal1.schema import Correctness
 
@@ -46,7 +46,7 @@ def test_an_output_that_cannot_be_measured_is_named_with_the_references(cand, me
 def test_an_output_on_another_device_is_named():
     ref = _outputs(torch.zeros(4))
     cmp = _compare(_outputs(torch.zeros(4), device="meta"), ref)
-    assert cmp.message == "output is on meta; the reference's is on cpu"
+    assert cmp.message == "output is on meta; the evaluation's device is cpu"
 
 
 def test_a_nan_where_the_reference_is_finite_reports_no_error_figure():
@@ -70,3 +70,29 @@ def test_the_correctness_line_keeps_measured_errors():
     assert correctness_line(c) == (
         "correctness: 5/5 input sets; max abs error 1e-06; worst 0.25x of tolerance (allowed 1x), against float64"
     )
+
+
+@pytest.mark.parametrize(
+    "actual, expected, ok",
+    [
+        ("cuda:1", "cuda:1", True),
+        ("cuda:0", "cuda:1", False),  # computed on another GPU of the machine
+        ("cuda:0", "cuda", True),
+        ("cuda:3", "cuda", True),
+        ("cuda", "cuda:0", True),
+        ("cpu", "cpu:1", True),  # a CPU pool's second name of the one CPU
+        ("cpu", "cuda:0", False),
+        ("cuda:0", "cpu", False),
+    ],
+)
+def test_an_output_is_on_the_evaluations_gpu_itself_not_another(actual, expected, ok):
+    assert on_device(actual, expected) is ok
+
+
+def test_an_output_on_another_gpu_fails_with_where_it_was():
+    """Outputs made on an idle GPU of the machine (no flush, no lead, no clock there) are not the
+    evaluation's: the comparison names both devices."""
+    ref = {"values": [torch.ones(2)], "types": ["torch.Tensor"], "devices": ["cuda:1"]}
+    cand = {"values": [torch.ones(2)], "types": ["torch.Tensor"], "devices": ["cuda:0"]}
+    result = compare_outputs(cand, ref, None, ToleranceConfig(), "cuda:1")
+    assert not result.ok and "cuda:0" in result.message and "cuda:1" in result.message

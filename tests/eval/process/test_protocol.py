@@ -31,7 +31,7 @@ def test_candidate_server_answers_exactly_the_candidate_commands():
 def test_a_candidate_worker_refuses_reference_commands():
     with WorkerProcess(SandboxConfig(call_timeout_s=30)) as worker:
         with pytest.raises(ValueError, match="not a command for a candidate worker"):
-            worker.request(Command.COMPARE, key="x", reply=b"", tolerance={}, device_type="cpu")
+            worker.request(Command.COMPARE, key="x", reply=b"", tolerance={}, device="cpu")
         worker.wait_ready()
         worker.send(Command.INIT_INPUTS, seed=0)  # past the trusted side's own check
         with pytest.raises(RemoteError, match="does not take 'init_inputs'"):

@@ -64,11 +64,12 @@ def compare_outputs(
     ref: dict[str, Any],
     ref64: dict[str, Any] | None,
     tol: Tolerances,
-    device_type: str,
+    device: str,
     min_scale: float = 1.0,
 ) -> Comparison:
-    """``min_scale``: tolerance units allowed at least (a timed output checked against the fp32
-    reference alone gets the room its correctness stage measured against float64)."""
+    """``device``: where the outputs must be (``on_device``). ``min_scale``: tolerance units
+    allowed at least (a timed output checked against the fp32 reference alone gets the room its
+    correctness stage measured against float64)."""
     cvals, rvals = cand["values"], ref["values"]
     r64vals = ref64["values"] if ref64 is not None else None
     against = "float64" if r64vals is not None else "reference"
@@ -80,7 +81,7 @@ def compare_outputs(
     for i, (c, r) in enumerate(zip(cvals, rvals, strict=True)):
         where = f"output {i}" if len(rvals) > 1 else "output"
         r64 = r64vals[i] if r64vals is not None and i < len(r64vals) else None
-        problem = _check_leaf_type(c, r, cand["types"][i], cand["devices"][i], device_type, where)
+        problem = _check_leaf_type(c, r, cand["types"][i], cand["devices"][i], device, where)
         if problem:
             return _fail(problem, against)
         if not isinstance(r, torch.Tensor):
@@ -102,7 +103,19 @@ def compare_outputs(
     return Comparison(True, worst_abs, worst_rel, scale, against, "", ratio, dtype)
 
 
-def _check_leaf_type(c: Any, r: Any, ctype: str, cdevice: str, device_type: str, where: str) -> str | None:
+def on_device(actual: str, expected: str) -> bool:
+    """Whether a tensor on ``actual`` is on the evaluation's ``expected`` device: a GPU named
+    with its index is that GPU only (a candidate that computes on another, idle GPU of the machine
+    gets none of its flush, lead or clock); a bare "cuda" is any GPU, and a CPU is any CPU name
+    ("cpu:1" is a pool's second name of the one CPU)."""
+    etype, _, eindex = expected.partition(":")
+    atype, _, aindex = actual.partition(":")
+    if etype == "cuda" and eindex:
+        return atype == "cuda" and (aindex or "0") == eindex
+    return atype == etype
+
+
+def _check_leaf_type(c: Any, r: Any, ctype: str, cdevice: str, device: str, where: str) -> str | None:
     if isinstance(r, torch.Tensor):
         if not isinstance(c, torch.Tensor):
             return f"{where} is a {ctype}; the reference's is a tensor"
@@ -112,8 +125,8 @@ def _check_leaf_type(c: Any, r: Any, ctype: str, cdevice: str, device_type: str,
             return f"{where} has shape {tuple(c.shape)}; the reference's is {tuple(r.shape)}"
         if c.dtype != r.dtype:
             return f"{where} has dtype {_dtype(c.dtype)}; the reference's is {_dtype(r.dtype)}"
-        if not cdevice.startswith(device_type):
-            return f"{where} is on {cdevice}; the reference's is on {device_type}"
+        if not on_device(cdevice, device):
+            return f"{where} is on {cdevice}; the evaluation's device is {device}"
         return None
     if isinstance(r, bool | int | float) and not isinstance(c, bool | int | float):
         return f"{where} is a {ctype}; the reference's is a number"
