@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from cudal1.eval.checks.global_state import GLOBAL_STATE_CHANGED, observation_findings
+from cudal1.eval.process import state
+
 
 def test_torch_wrapping_its_own_functions_is_not_a_patch_but_a_replacement_is():
     import subprocess
@@ -66,3 +69,23 @@ def test_poison_on_gpu():
     torch.ones(1024, 1024, device=dev)
     with poisoned(dev, [1024 * 1024 * 4]):
         assert bool(torch.isnan(torch.empty(1024, 1024, device=dev)).all())
+
+
+def test_the_current_gpu_left_switched_is_a_change_only_where_cuda_ran_before(monkeypatch):
+    """A candidate that ends its forward on another GPU has the worker's events, flush and reads
+    act there: a change of process state. Where CUDA had not started before the call (a CPU
+    evaluation), a candidate that merely starts it has switched nothing."""
+    current = {"device": 1}
+    monkeypatch.setattr(state.torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(state.torch.cuda, "current_device", lambda: current["device"])
+    monkeypatch.setattr(state, "_current_stream", lambda: "default")
+    monkeypatch.setattr(state, "persisting_l2_limit", lambda: 0)
+    before = state.global_state()
+    assert before[state.CURRENT_DEVICE] == 1
+    current["device"] = 0
+    changes = state.state_changes(before, state.global_state())
+    assert changes == {state.CURRENT_DEVICE: [1, 0]}
+    found = observation_findings({"observations": {"state_changes": changes}}, None, "x")
+    assert [(f.code, f.severity.value) for f in found] == [(GLOBAL_STATE_CHANGED, "reject")]
+    cpu_before = {k: v for k, v in before.items() if k != state.CURRENT_DEVICE}
+    assert state.state_changes(cpu_before, state.global_state()) == {}

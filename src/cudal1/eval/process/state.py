@@ -60,6 +60,13 @@ def reset_persisting_l2() -> None:
             lib.cuCtxResetPersistingL2Cache()
 
 
+# The current GPU, left switched: the worker's events, flush, lead and state reads act on the
+# current device, so a candidate that ends its forward on another GPU of the machine has them
+# read a GPU it did not run on (review of the two-H200 findings, 2026-11-28). Process state, so
+# ``global_state_changed`` (REJECT by default), and no repaired twin restores it.
+CURRENT_DEVICE = "cuda.current_device"
+
+
 def global_state() -> dict[str, Any]:
     """Process-wide settings and the identity of functions a timing or comparison hack patches."""
     cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
@@ -72,6 +79,8 @@ def global_state() -> dict[str, Any]:
         "matmul.allow_tf32": matmul.allow_tf32,
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
     }
+    if torch.cuda.is_initialized():  # compared only where CUDA ran before the call too
+        state[CURRENT_DEVICE] = torch.cuda.current_device()
     l2 = persisting_l2_limit()
     if l2:  # listed only when set: a process that never touched it has no such key
         state["cuda.persisting_l2_limit"] = l2
@@ -201,7 +210,13 @@ def _libc() -> Any:
 
 
 def state_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
-    return {k: [before.get(k), after.get(k)] for k in after if before and before.get(k) != after.get(k)}
+    """What differs after from before. The current GPU only where CUDA ran before too: a CPU
+    evaluation's candidate that merely starts CUDA has switched nothing."""
+    return {
+        k: [before.get(k), after.get(k)]
+        for k in after
+        if before and before.get(k) != after.get(k) and (k != CURRENT_DEVICE or k in before)
+    }
 
 
 def aliases(out: Any, inputs: list[Any], model: Any) -> list[str]:
