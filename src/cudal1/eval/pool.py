@@ -29,6 +29,12 @@ flight, chosen before its worker loads the task (so the candidate's code runs wi
 current from its import on), and builds share the CPU cores. ``Pool`` is the interface this pool and the Ray pool
 (``ray_pool``) share; ``pool_kinds.make_pool`` picks one from the config. The workers kept warm
 (spares, the tasks' reference workers) are ``warm_workers``'s.
+
+What is not covered: a candidate's worker sees every GPU of the machine (spares are started
+before their device is known). Outputs must be on its own GPU and the current GPU must be left as
+found (``checks.compare.on_device``, ``process.state.CURRENT_DEVICE``), but work it spreads onto
+another GPU and copies back is not seen as such: giving each worker only its GPU at start-up
+(``CUDA_VISIBLE_DEVICES``, spares per device) would close that. The Ray pool's actors see one GPU.
 """
 
 from __future__ import annotations
