@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (device tool): installs carried wheels, runs the GPU tests and the
+# Runs on the GPU machine (device tool): installs carried wheels (bash scripts/gpu-wheels.sh fetches
+# them here into .whl; carry .whl), runs the GPU tests and the
 # benchmarks, and writes logs under $OUT. Usage: bash scripts/gpu-check.sh [tests|bench|all|asymmetry|optimize|verify|best-known|roundtrip|train|lanes] [ARGS...]
 # tests [PYTEST ARGS]: the GPU tests; they take longer than one 10-minute call (H100, 2026-11-26),
 # so run them in two calls: tests --shard 1/2, then tests --shard 2/2; or, on a machine of two
