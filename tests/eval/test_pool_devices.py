@@ -70,9 +70,10 @@ def test_a_device_named_twice_is_an_error(fast_config):
     not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two CUDA GPUs"
 )
 def test_honest_candidates_timed_on_either_gpu_are_verified(task, fast_config, candidate):
-    """Over two GPUs a candidate's worker loads its task on the first and is timed on the one it
-    is assigned: nothing the trusted side did there may read as the candidate's doing (on two
-    H200s the lead, prepared again on the second GPU, was 'lead settings' changed: timer_tampered)."""
+    """Over two GPUs, honest candidates timed on either are verified: nothing the trusted side
+    does on the second GPU may read as the candidate's doing (on two H200s, with the GPU assigned
+    after the worker had loaded its task on the first, the lead prepared again on the second was
+    'lead settings' changed: timer_tampered)."""
     config = fast_config.model_copy(
         update={
             "device": "cuda",

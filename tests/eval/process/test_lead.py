@@ -35,25 +35,18 @@ def two_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lead, "_sleep_cycles_per_us", lambda: 1000.0)
 
 
-def test_the_lead_is_sealed_per_gpu_so_a_move_the_pool_made_is_no_change(two_gpus):
-    """A pool of several GPUs loads a candidate's task on the first and times it on the one it
-    assigned: the lead prepared there by the trusted side is not 'altered' (on two H200s, CUDA-L1
-    kernels timed on the second GPU were rejected as timer_tampered for it). Re-prepared as the
-    fallback on the GPU it is timed on, it still is."""
-    first, second = torch.device("cuda", 0), torch.device("cuda", 1)
-    assert lead.prepare(first) == "full-gpu" and not lead.altered()
-    assert lead.prepare(second) == "full-gpu" and not lead.altered(second)
-    assert not lead.altered(torch.device("cuda"))  # "cuda" is the current GPU, the second
-    lead.prepare(second, full_gpu=False)  # what a candidate could do to the lead it is timed with
-    assert lead.kind() == "one-sm" and lead.altered(second)
-
-
-def test_a_lead_moved_to_another_gpu_during_a_sample_is_altered_for_the_gpu_timed(two_gpus):
-    """Red team of the seal per GPU: a candidate timed on the first GPU that prepares the
-    fallback on a second one in its forward has a first preparation of its own there; the sample
-    asks about the GPU it was timed on, where the lead is no longer the one prepared."""
+def test_the_lead_is_sealed_once_so_a_move_to_another_gpu_is_a_change(two_gpus):
+    """The lead is sealed at its first preparation, which the worker makes where its task loads,
+    before any candidate code: the pool assigns the GPU before that (tests/eval/
+    test_pool_devices.py), so a lead prepared again on another GPU, or as the fallback, is the
+    candidate's doing. On two H200s the pool assigned the GPU after the load, and this seal read
+    the trusted side's move as tampering; the mend is in the pool, not here."""
     timed, other = torch.device("cuda", 0), torch.device("cuda", 1)
-    lead.prepare(timed)
-    lead.prepare(other, full_gpu=False)  # the candidate, inside its forward
-    assert not lead.altered()  # against its own first preparation there it has not changed...
-    assert lead.altered(timed)  # ...but the GPU the sample is timed on no longer has its lead
+    assert lead.prepare(timed) == "full-gpu" and not lead.altered()
+    assert lead.prepare(timed) == "full-gpu" and not lead.altered()  # the timed sample's prepare
+    lead.prepare(other)  # a candidate that moves the lead to another GPU of the machine
+    assert lead.altered()
+    lead.prepare(timed)  # the next sample prepares it where it is timed again
+    assert not lead.altered()
+    lead.prepare(timed, full_gpu=False)  # a candidate that re-prepares it as the fallback
+    assert lead.kind() == "one-sm" and lead.altered()

@@ -31,7 +31,7 @@ What is not covered:
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -91,11 +91,7 @@ class _Lead:
     maxnreg: int = 0  # full-gpu: registers a thread may use, so that a full SM's threads fit
     cycles_per_us: float = 0.0  # one-sm: torch.cuda._sleep cycles per microsecond
     marks: torch.Tensor | None = None  # full-gpu: each program's start and end, globaltimer ns
-    # The settings of the first preparation on each GPU. Per device: a worker of a pool of several
-    # GPUs loads its task on the first and is timed on the one it is assigned, and a lead sealed
-    # once read that trusted move as the candidate's change (on two H200s, 7 of 23 CUDA-L1 kernels
-    # rejected as timer_tampered, 'lead settings', 2026-11-28).
-    first: dict[torch.device, tuple[Any, ...]] = field(default_factory=dict)
+    first: tuple[Any, ...] | None = None  # the settings of the first preparation on a GPU
 
     def settings(self) -> tuple[Any, ...]:
         return (self.requested, self.kind, self.programs, self.maxnreg, self.cycles_per_us)
@@ -110,7 +106,8 @@ def prepare(device: torch.device, full_gpu: bool = True) -> LeadKind:
     worker prepares where its task loads, before any candidate code, so the kernel it launches is
     the one compiled there and not one a candidate left in its Triton cache directory.
     ``full_gpu=False``: the fallback, on purpose (tests)."""
-    device = _one_name(device)
+    if device.type == "cuda" and device.index is None:  # one name for one device ("cuda" is "cuda:0")
+        device = torch.device("cuda", torch.cuda.current_device())
     if _LEAD.requested == (device, full_gpu):
         return _LEAD.kind
     _LEAD.requested = (device, full_gpu)
@@ -122,7 +119,8 @@ def prepare(device: torch.device, full_gpu: bool = True) -> LeadKind:
         if reason:
             _LEAD.kind, _LEAD.reason = "one-sm", reason
             _LEAD.cycles_per_us = _sleep_cycles_per_us()
-    _LEAD.first.setdefault(device, _LEAD.settings())
+    if _LEAD.first is None:
+        _LEAD.first = _LEAD.settings()
     return _LEAD.kind
 
 
@@ -219,20 +217,7 @@ def marks() -> torch.Tensor | None:
     return _LEAD.marks.view(-1, 2)
 
 
-def _one_name(device: torch.device) -> torch.device:
-    """One name for one device: "cuda" is the current one's index."""
-    if device.type == "cuda" and device.index is None:
-        return torch.device("cuda", torch.cuda.current_device())
-    return device
-
-
-def altered(device: torch.device | None = None) -> bool:
-    """Whether the lead's settings differ from those of its first preparation on ``device``
-    (the GPU a sample is timed on; default: the one it was last prepared for): a candidate that
-    re-prepared it as the fallback, changed its programs, or moved it to another GPU."""
-    if device is None:
-        if _LEAD.requested is None:
-            return False
-        device = _LEAD.requested[0]
-    first = _LEAD.first.get(_one_name(device)) if device.type == "cuda" else None
-    return first is not None and _LEAD.settings() != first
+def altered() -> bool:
+    """Whether the lead's settings differ from those of its first preparation on a GPU (a
+    candidate that re-prepared it as the fallback, or changed its programs)."""
+    return _LEAD.first is not None and _LEAD.settings() != _LEAD.first

@@ -166,7 +166,7 @@ class TimedSampler:
             "tail_ms": tail_ms,
             "input_digest": [d for inputs in found[:n] for d in inputs],
             "digests": found[n:],
-            "tampered": timer_guard.tampered(self.device),
+            "tampered": timer_guard.tampered(),
         }
 
     def _timed_calls(self, calls: int, lead_us: float | None) -> tuple[float, bool, float]:

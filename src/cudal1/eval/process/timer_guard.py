@@ -187,11 +187,10 @@ def snapshot(server: Any, table: dict[Any, Callable[..., Any]], conn: Any = None
         _SNAPSHOT[label] = _Seen(get, value, _code(value))
 
 
-def tampered(device: torch.device | None = None) -> list[str]:
-    """The names of what differs from the snapshot (none taken: nothing to compare, []);
-    ``device``: the GPU the sample was timed on, whose lead must be as first prepared there."""
+def tampered() -> list[str]:
+    """The names of what differs from the snapshot (none taken: nothing to compare, [])."""
     found = [label for label, seen in _SNAPSHOT.items() if _changed(seen)]
-    if lead.altered(device):
+    if lead.altered():
         found.append("lead settings")
     return found
 
