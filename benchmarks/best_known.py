@@ -60,7 +60,7 @@ import random
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -69,11 +69,11 @@ from rich.table import Table
 
 from cudal1.report.a_vs_a import AvsAEntry, a_vs_a_line, anchor_entry, summarize_a_vs_a
 from cudal1.report.tables import Col, TableSpec, to_markdown
-from cudal1.run.directory import RunDirectory
+from cudal1.run.directory import RunDirectory, failed_finals, passed_finals
 from cudal1.run.records import TaskRecord, load_run
 from cudal1.run.rows import CandidateRow
 from cudal1.run.selection import REFERENCE_LABEL, why_not_ok
-from cudal1.schema import Candidate, Task
+from cudal1.schema import Candidate, EvalResult, Task
 from cudal1.tasks.cuda_l1 import load_cuda_l1_records
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -174,10 +174,12 @@ class TaskComparison:
         return high is not None and high >= best.speedup
 
 
-def _measured(name: str, row: CandidateRow | None) -> Measured:
+def _measured(name: str, row: CandidateRow | None, finals: Mapping[int, EvalResult]) -> Measured:
+    """``row``'s measurement: its final re-evaluation's when the kept kernel was re-measured
+    against it there (like with like), else the search's."""
     if row is None:
         return Measured(name, None, status="not run")
-    result = row.result
+    result = finals.get(row.id) or row.result
     if result is None:
         return Measured(name, None, status="pending", origin=row.origin)
     if not result.ok or result.timing is None:
@@ -197,12 +199,18 @@ def _kept(record: TaskRecord) -> tuple[Measured, str]:
     return Measured(best.label, measured.speedup, t.ci_low, t.ci_high, origin=best.origin), best.backend
 
 
-def compare_task(record: TaskRecord, rows: Sequence[CandidateRow]) -> TaskComparison:
+def compare_task(
+    record: TaskRecord, rows: Sequence[CandidateRow], finals: Mapping[int, EvalResult] | None = None
+) -> TaskComparison:
+    """One task's row. ``finals``: the task's passed final re-evaluations by candidate id
+    (``passed_finals``), which stand for those candidates' search measurements."""
+    finals = finals or {}
     by_label = {r.label: r for r in rows}
     seeds = [r for r in rows if r.backend == SEED_BACKEND]
-    published = _measured("published", max(seeds, key=lambda r: r.speedup or 0.0) if seeds else None)
-    compile_ = tuple(_measured(mode, by_label.get(mode)) for mode in COMPILE_MODES)
-    graph = _measured(GRAPH, by_label.get(GRAPH))
+    seed = max(seeds, key=lambda r: r.speedup or 0.0) if seeds else None
+    published = _measured("published", seed, finals)
+    compile_ = tuple(_measured(mode, by_label.get(mode), finals) for mode in COMPILE_MODES)
+    graph = _measured(GRAPH, by_label.get(GRAPH), finals)
     kept, backend = _kept(record)
     reference = by_label.get(REFERENCE_LABEL)
     anchor = anchor_entry(record.name, reference.result if reference is not None else None)
@@ -229,8 +237,10 @@ def compare_run(run_dir: Path, bench_wall_s: float | None = None) -> tuple[list[
     record = load_run(run_dir)
     with RunDirectory(run_dir).open_db() as db:
         rows = {t.name: db.evaluated(t.name) for t in record.tasks}
-    comparisons = [compare_task(t, rows[t.name]) for t in record.tasks]
-    evaluations = sum(len(r) for r in rows.values()) + sum(t.final is not None for t in record.tasks)
+        finals = {t.name: passed_finals(db, t.name) for t in record.tasks}
+        failed = sum(len(failed_finals(db, t.name)) for t in record.tasks)
+    comparisons = [compare_task(t, rows[t.name], finals[t.name]) for t in record.tasks]
+    evaluations = sum(len(r) for r in rows.values()) + sum(len(f) for f in finals.values()) + failed
     devices = max(1, len(record.config.pool.devices))
     facts = {
         **throughput_facts(evaluations, devices, bench_wall_s, record.wall_s),

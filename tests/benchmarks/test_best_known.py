@@ -79,6 +79,20 @@ def test_a_kept_kernel_below_the_best_compile_mode_is_named(db):
     assert not c.kept_holds and summarize([c])["kept_below_best_other"] == [GEMM_TASK.name]
 
 
+def test_a_competitor_re_measured_in_a_final_stands_at_its_final(db):
+    """L1_89 on an H200: a compile mode's search said 4.79x, its final 1.73x; the kept kernel's final
+    is compared with that final, not with the search's number."""
+    ma = _store(db, "torch-compile-max-autotune-no-cudagraphs", 4.79)
+    default = _store(db, "torch-compile-default", 4.78)
+    record, rows = _record(db, default)
+    record = dataclasses.replace(record, final=make_result(GEMM_TASK.name, "x", 4.7))
+    finals = {ma: make_result(GEMM_TASK.name, "x", 1.73), default: record.final}
+    c = compare_task(record, rows, finals)
+    assert c.kept.speedup == 4.7 and c.best_other.speedup == 4.7 and c.kept_holds
+    assert dict((m.name, m.speedup) for m in c.compile)["torch-compile-max-autotune-no-cudagraphs"] == 1.73
+    assert not compare_task(record, rows).kept_holds  # against the search's 4.79x it would not hold
+
+
 def test_a_rejected_published_kernel_shows_why_and_does_not_count(db):
     _store(db, "torch-compile-default", 1.3)
     _store(db, "seed:h100", 40.0, backend="seed", reject=True)

@@ -323,6 +323,63 @@ def test_a_best_that_fails_its_final_is_dropped_for_the_next_fastest(
     db.close()
 
 
+def test_a_best_whose_final_falls_below_the_runner_up_has_the_runner_up_re_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """L1_89 on an H200: torch.compile max-autotune-no-cudagraphs measured 4.79x in the search and
+    1.73x in its final, while the default mode stood at 4.78x: the task keeps the default mode's
+    final, and both finals are kept so the report compares like with like."""
+    from candidate_fixtures import make_result
+
+    from cudal1.run.directory import passed_finals
+    from cudal1.run.records import task_records
+
+    _, db = _stored(tmp_path, {"ma-ncg": 4.79, "default": 4.78, "slow": 1.5})
+    pool = _FinalPool(
+        {"ma-ncg": [make_result(GELU.name, "x", 1.73)], "default": [make_result(GELU.name, "x", 4.7)]}
+    )
+    monkeypatch.setattr(optimize_module, "make_pool", lambda *a, **k: pool)
+    finals: list[Any] = []
+    optimize_module._final_round(db, [GELU], fast_config(tmp_path), finals.append)
+    assert pool.asked == ["ma-ncg", "default"]  # "slow" (1.5x) stays below 1.73x: not re-measured
+    [record] = task_records(db)
+    assert record.best is not None and record.best.label == "default"
+    assert record.final is not None and record.final.speedup == 4.7
+    assert sorted(round(r.speedup or 0, 2) for r in passed_finals(db, GELU.name).values()) == [1.73, 4.7]
+    assert [f.label for f in finals] == ["ma-ncg", "default"]
+    assert dict(record.baselines)["ma-ncg"].speedup == 1.73  # the report's baseline: its final
+    # Done: a resumed session re-measures nothing.
+    pool.asked.clear()
+    optimize_module._final_round(db, [GELU], fast_config(tmp_path), None)
+    assert pool.asked == []
+    db.close()
+
+
+def test_an_overtaker_whose_final_falls_lower_still_gives_the_task_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner-up's final came in below the first final: the first is kept again, from its
+    stored final, without a third evaluation."""
+    from candidate_fixtures import make_result
+
+    from cudal1.run.directory import final_record
+    from cudal1.run.records import task_records
+
+    _, db = _stored(tmp_path, {"a": 3.0, "b": 2.9})
+    pool = _FinalPool({"a": [make_result(GELU.name, "x", 2.5)], "b": [make_result(GELU.name, "x", 2.2)]})
+    monkeypatch.setattr(optimize_module, "make_pool", lambda *a, **k: pool)
+    finals: list[Any] = []
+    optimize_module._final_round(db, [GELU], fast_config(tmp_path), finals.append)
+    assert pool.asked == ["a", "b"]
+    [record] = task_records(db)
+    assert record.best is not None and record.best.label == "a" and record.final is not None
+    assert record.final.speedup == 2.5
+    kept = final_record(db, GELU.name)
+    assert kept is not None and kept[0] == record.best.id and record.best.final
+    assert [(f.label, round(f.speedup, 2)) for f in finals] == [("a", 2.5), ("b", 2.2), ("a", 2.5)]
+    db.close()
+
+
 def test_final_attempts_bound_a_session_and_an_evaluator_failure_is_not_the_candidates(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -208,6 +208,19 @@ def final_record(db: CandidateDB, task: str) -> tuple[int, EvalResult] | None:
     return int(d["candidate_id"]), EvalResult.from_dict(d["result"])
 
 
+def passed_finals(db: CandidateDB, task: str) -> dict[int, EvalResult]:
+    """Every final re-evaluation of the task's candidates that passed, by id: the kept one's and
+    those of the candidates it was re-measured against (``selection.choose_kept`` ranks a
+    candidate by its final when it has one). A run from before these were kept has its one
+    final only."""
+    raw = db.get_meta(f"finals:{task}")
+    out = {int(k): EvalResult.from_dict(v) for k, v in json.loads(raw).items()} if raw else {}
+    kept = final_record(db, task)
+    if kept is not None:
+        out.setdefault(kept[0], kept[1])
+    return out
+
+
 def failed_finals(db: CandidateDB, task: str) -> dict[int, EvalResult]:
     """The task's candidates that failed their final re-evaluation (incorrect, rejected, not
     timed in a fresh build), by id, with that result: never kept (``selection.choose_kept``)."""
@@ -228,8 +241,12 @@ def record_failed_final(db: CandidateDB, row: CandidateRow, result: EvalResult) 
 
 
 def record_final(db: CandidateDB, row: CandidateRow, result: EvalResult) -> None:
-    """Make ``result`` the final re-evaluation of ``row``'s task (an earlier one is unmarked)."""
+    """Make ``result`` the final re-evaluation of ``row``'s task (an earlier one is unmarked, and
+    stays among ``passed_finals``)."""
     with db.transaction():
+        passed = {str(k): v.to_dict() for k, v in passed_finals(db, row.task).items()}
+        passed[str(row.id)] = result.to_dict()
+        db.set_meta(f"finals:{row.task}", json.dumps(passed))
         old = final_record(db, row.task)
         if old is not None and old[0] != row.id:
             db.set_final(old[0], False)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from cudal1.run.database import CandidateDB
-from cudal1.run.directory import RunDirectory, RunError, final_record, stored_tasks
+from cudal1.run.directory import RunDirectory, RunError, failed_finals, passed_finals, stored_tasks
 from cudal1.run.records import task_records
 from cudal1.run.rows import CandidateRow
 from cudal1.run.selection import REFERENCE_LABEL
@@ -76,12 +76,12 @@ def _kept(db: CandidateDB) -> list[tuple[CandidateRow, EvalResult]]:
 
 def _every_verified(db: CandidateDB, tasks: dict[str, Task]) -> list[tuple[CandidateRow, EvalResult]]:
     """Every verified candidate but the reference anchor, with its latest measurement (the final
-    re-evaluation's for the one that had it; dropped when that one is not ok)."""
+    re-evaluation's for those that had one; dropped when a final failed)."""
     out = []
     for name in tasks:
-        final = final_record(db, name)
+        passed, failed = passed_finals(db, name), failed_finals(db, name)
         for row in db.evaluated(name):
-            result = final[1] if final is not None and final[0] == row.id else row.result
+            result = failed.get(row.id) or passed.get(row.id) or row.result
             if row.label != REFERENCE_LABEL and result is not None and result.ok:
                 out.append((row, result))
     return out

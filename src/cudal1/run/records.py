@@ -15,7 +15,7 @@ from typing import Any
 
 from cudal1.config import ConfigError, GRPOStageConfig, OptimizeConfig, RewardBar
 from cudal1.run.database import CandidateDB
-from cudal1.run.directory import RunDirectory, RunError, failed_finals, final_record, stored_tasks
+from cudal1.run.directory import RunDirectory, RunError, failed_finals, passed_finals, stored_tasks
 from cudal1.run.rows import CandidateRow, TaskCounts
 from cudal1.run.selection import beats_reference, choose_kept
 from cudal1.run.throughput import Throughput, run_throughput
@@ -34,7 +34,8 @@ class TaskRecord:
     counts: TaskCounts
     rounds_done: int
     # Round 0's built-in baselines and the reference anchor, by label: what ``cudal1 report``
-    # compares the kept kernel against (same device, same run).
+    # compares the kept kernel against (same device, same run); a baseline re-measured in a
+    # final (the kept kernel was compared with it there) by that final.
     baselines: tuple[tuple[str, EvalResult], ...] = ()
     # Faster candidates that failed their final re-evaluation and are not kept: (label, why).
     failed_finals: tuple[tuple[str, str], ...] = ()
@@ -96,7 +97,7 @@ def read_run(
     """The run as it stands in its database, ledger and config."""
     stored = stored_tasks(db)
     tasks = task_records(db)
-    finals = [f[1] for name in stored if (f := final_record(db, name)) is not None]
+    finals = [f for name in stored for f in passed_finals(db, name).values()]
     results = [r.result for name in stored for r in db.evaluated(name) if r.result] + finals
     wall_s = float(db.get_meta("wall_s") or 0.0)
     throughput = run_throughput(results, wall_s)
@@ -123,18 +124,20 @@ def task_records(db: CandidateDB) -> tuple[TaskRecord, ...]:
 def _task_record(db: CandidateDB, name: str, level: int) -> TaskRecord:
     evaluated = db.evaluated(name)
     failed = failed_finals(db, name)
-    best = choose_kept(evaluated, failed)
-    final = final_record(db, name)
+    passed = passed_finals(db, name)
+    best = choose_kept(evaluated, failed, passed)
     labels = {r.id: r.label for r in evaluated}
     return TaskRecord(
         name=name,
         level=level,
         best=best,
-        final=final[1] if best is not None and final is not None and final[0] == best.id else None,
+        final=passed.get(best.id) if best is not None else None,
         first_result=next((r.result for r in evaluated if r.result), None),
         counts=db.counts(name),
         rounds_done=db.rounds_done(name),
-        baselines=tuple((r.label, r.result) for r in evaluated if r.round == 0 and r.result is not None),
+        baselines=tuple(
+            (r.label, passed.get(r.id) or r.result) for r in evaluated if r.round == 0 and r.result is not None
+        ),
         failed_finals=tuple(
             (labels.get(i, str(i)), result.error or "not ok") for i, result in failed.items()
         ),

@@ -8,7 +8,11 @@ under the strict ``final`` budget, outside any search budget (one evaluation per
 reported numbers are that evaluation's, and the candidate is marked ``final`` in the database.
 A best that fails its final re-evaluation (incorrect or rejected in a fresh build: a
 torch.compile max-autotune kernel of L3_48 did, on an H100) is never kept: the next fastest is
-re-evaluated in its place, up to ``final.attempts`` candidates per task.
+re-evaluated in its place, up to ``final.attempts`` candidates per task and session. A best whose
+final comes in below a runner-up's search speedup is overtaken the same way: the runner-up is
+re-evaluated, and the task keeps the faster final (``run.selection.choose_kept``), so a kept
+kernel is compared with its rivals' finals, not with their searches' luck (on an H200 a
+torch.compile kernel gave 4.79x in the search and 1.73x in its fresh build's final).
 
 A run never recommends a slowdown: unless that measurement beats the reference beyond its
 interval (the lower end of its 95% CI above 1.0), the task's result is "no faster variant found"
@@ -37,6 +41,7 @@ from cudal1.run.directory import (
     add_wall_time,
     failed_finals,
     final_record,
+    passed_finals,
     record_failed_final,
     record_final,
     start_session,
@@ -217,12 +222,20 @@ def _finals_due(
     progress: ProgressCallback | None,
     said: set[str],
 ) -> dict[str, tuple[Task, CandidateRow]]:
-    """The tasks whose kept candidate has no final yet, and this session may still try one."""
+    """The tasks whose kept candidate has no final yet, and this session may still try one. A
+    kept candidate re-measured before (it was overtaken, then its overtaker's final came in
+    lower still) becomes the task's final again without a new evaluation."""
     due: dict[str, tuple[Task, CandidateRow]] = {}
     for task in tasks:
-        best = choose_kept(db.evaluated(task.name), failed_finals(db, task.name))
+        passed = passed_finals(db, task.name)
+        best = choose_kept(db.evaluated(task.name), failed_finals(db, task.name), passed)
         done = final_record(db, task.name)
-        if best is not None and (done is None or done[0] != best.id):
+        if best is not None and best.id in passed and (done is None or done[0] != best.id):
+            record_final(db, best, passed[best.id])
+            log.info("%s final: %s kept, re-measured before", task.name, best.label)
+            if progress is not None:
+                progress(TaskFinal.of(task.name, best.label, passed[best.id]))
+        elif best is not None and (done is None or done[0] != best.id):
             if tried.get(task.name, 0) < attempts:
                 due[str(best.id)] = (task, best)
             elif task.name not in said:
