@@ -93,6 +93,18 @@ def test_a_competitor_re_measured_in_a_final_stands_at_its_final(db):
     assert not compare_task(record, rows).kept_holds  # against the search's 4.79x it would not hold
 
 
+def test_the_reference_kept_holds_unless_a_rival_beats_eager_beyond_its_interval(db):
+    """L2_21 on an H200: nothing beat the reference beyond its interval and the published kernel
+    read 1.0006x [0.976, 1.026]; that is no rival the reference falls below."""
+    _store(db, "seed:h100", 1.0006, backend="seed")
+    record, rows = _record(db, _store(db, "reference", 1.0))
+    record = dataclasses.replace(record, best=None)  # the task keeps the reference
+    c = compare_task(record, rows)
+    assert c.kept.origin == "reference" and c.best_other.ci_low < 1.0 and c.kept_holds
+    _store(db, "torch-compile-default", 1.2)  # 1.2x, its interval well above 1.0
+    assert not compare_task(record, db.evaluated(GEMM_TASK.name)).kept_holds
+
+
 def test_a_rejected_published_kernel_shows_why_and_does_not_count(db):
     _store(db, "torch-compile-default", 1.3)
     _store(db, "seed:h100", 40.0, backend="seed", reject=True)
