@@ -152,6 +152,7 @@ class TaskComparison:
     kept_backend: str = ""
     composed_win: bool = False  # a composition beat its base and every baseline beyond intervals
     anchor: AvsAEntry | None = None  # the reference as its own candidate (A-vs-A)
+    kept_final: bool = False  # the kept kernel's numbers are its final re-evaluation's
 
     @property
     def best_compile(self) -> Measured | None:
@@ -181,15 +182,17 @@ class TaskComparison:
 
 
 def _measured(name: str, row: CandidateRow | None, finals: Mapping[int, EvalResult]) -> Measured:
-    """``row``'s measurement: its final re-evaluation's when the kept kernel was re-measured
-    against it there (like with like), else the search's."""
+    """``row``'s measurement: its final re-evaluation's where it had one (like with like with the
+    kept kernel's; a failed final makes it no rival), else the search's."""
     if row is None:
         return Measured(name, None, status="not run")
     result = finals.get(row.id) or row.result
     if result is None:
         return Measured(name, None, status="pending", origin=row.origin)
     if not result.ok or result.timing is None:
-        return Measured(name, None, status=why_not_ok(result)[:60], origin=row.origin)
+        why = why_not_ok(result)[:60]
+        why = f"final failed: {why}" if row.id in finals else why  # incorrect in a fresh build
+        return Measured(name, None, status=why, origin=row.origin)
     t = result.timing
     return Measured(name, result.speedup, t.ci_low, t.ci_high, origin=row.origin)
 
@@ -208,8 +211,8 @@ def _kept(record: TaskRecord) -> tuple[Measured, str]:
 def compare_task(
     record: TaskRecord, rows: Sequence[CandidateRow], finals: Mapping[int, EvalResult] | None = None
 ) -> TaskComparison:
-    """One task's row. ``finals``: the task's passed final re-evaluations by candidate id
-    (``passed_finals``), which stand for those candidates' search measurements."""
+    """One task's row. ``finals``: the task's final re-evaluations by candidate id (passed or
+    failed), which stand for those candidates' search measurements."""
     finals = finals or {}
     by_label = {r.label: r for r in rows}
     seeds = [r for r in rows if r.backend == SEED_BACKEND]
@@ -221,7 +224,15 @@ def compare_task(
     reference = by_label.get(REFERENCE_LABEL)
     anchor = anchor_entry(record.name, reference.result if reference is not None else None)
     comparison = TaskComparison(
-        record.name, record.level, compile_, graph, published, kept, backend, anchor=anchor
+        record.name,
+        record.level,
+        compile_,
+        graph,
+        published,
+        kept,
+        backend,
+        anchor=anchor,
+        kept_final=record.final is not None,
     )
     return _with_composed_win(comparison, record, rows)
 
@@ -243,10 +254,11 @@ def compare_run(run_dir: Path, bench_wall_s: float | None = None) -> tuple[list[
     record = load_run(run_dir)
     with RunDirectory(run_dir).open_db() as db:
         rows = {t.name: db.evaluated(t.name) for t in record.tasks}
-        finals = {t.name: passed_finals(db, t.name) for t in record.tasks}
-        failed = sum(len(failed_finals(db, t.name)) for t in record.tasks)
+        # Every final, passed or failed: a rival incorrect in its fresh build is no rival (L3_48's
+        # max-autotune-no-cudagraphs kernel, 2.88x in the search).
+        finals = {t.name: {**passed_finals(db, t.name), **failed_finals(db, t.name)} for t in record.tasks}
     comparisons = [compare_task(t, rows[t.name], finals[t.name]) for t in record.tasks]
-    evaluations = sum(len(r) for r in rows.values()) + sum(len(f) for f in finals.values()) + failed
+    evaluations = sum(len(r) for r in rows.values()) + sum(len(f) for f in finals.values())
     devices = max(1, len(record.config.pool.devices))
     facts = {
         **throughput_facts(evaluations, devices, bench_wall_s, record.wall_s),
@@ -389,6 +401,10 @@ def summarize(all_tasks: Sequence[TaskComparison]) -> dict:
         # the goal is none; a task counts once every competitor has a result
         "kept_below_best_other": [c.task for c in comparisons if not c.kept_holds],
         "tasks_with_every_competitor": sum(_complete(c) for c in comparisons),
+        # kept kernels still at their search's numbers (marked "s"): their finals are to come
+        "kept_without_final": [
+            c.task for c in comparisons if not c.kept_final and c.kept.origin != REFERENCE_LABEL
+        ],
         "composed_wins": [
             {"task": c.task, "chain": c.kept.origin, "speedup": c.kept.speedup}
             for c in comparisons
@@ -457,6 +473,8 @@ def markdown(
         f"{gm('kept_geomean_over_eager')} over eager and {gm('kept_geomean_over_best_compile')} over "
         f"each task's best torch.compile mode (geometric means); {summary['published_verified']} "
         f"published kernels verify, {gm('published_geomean_over_best_compile')} over that mode.",
+        "- kept kernels at their search's numbers (`s`), their final re-measurement still to "
+        "come: " + (", ".join(summary.get("kept_without_final", [])) or "none"),
         "- kept kernel below the best of the others beyond its interval: "
         + (", ".join(summary["kept_below_best_other"]) or "none"),
         "- compositions faster than both sources and every baseline: "
@@ -492,6 +510,7 @@ def _cells(c: TaskComparison) -> tuple[str, ...]:
         _x(c.graph),
         _x(c.published),
         (f"{kept.speedup:.2f}{ci}" if kept.speedup is not None else "not run")
+        + ("" if c.kept_final or kept.speedup is None or kept.origin == REFERENCE_LABEL else " s")
         + ("" if c.kept_holds else " !"),
         kept.origin[:28],
         f"{winner} {margin:.2f}x" if margin else winner,

@@ -93,6 +93,22 @@ def test_a_competitor_re_measured_in_a_final_stands_at_its_final(db):
     assert not compare_task(record, rows).kept_holds  # against the search's 4.79x it would not hold
 
 
+def test_a_rival_that_failed_its_final_is_no_rival(db):
+    """L3_48 on an H100 and an H200: max-autotune-no-cudagraphs read 2.88x in the search and was
+    incorrect in its fresh build; the kept max-autotune kernel (2.70x) is not below it."""
+    from cudal1.schema import Stage
+
+    ncg = _store(db, "torch-compile-max-autotune-no-cudagraphs", 2.88)
+    kept = _store(db, "torch-compile-max-autotune", 2.69)
+    record, rows = _record(db, kept)
+    record = dataclasses.replace(record, final=make_result(GEMM_TASK.name, "x", 2.70))
+    wrong = make_result(GEMM_TASK.name, "x", None, correct=False, failed_stage=Stage.CORRECTNESS)
+    c = compare_task(record, rows, {kept: record.final, ncg: wrong})
+    ncg_cell = next(m for m in c.compile if m.name == "torch-compile-max-autotune-no-cudagraphs")
+    assert ncg_cell.speedup is None and ncg_cell.status.startswith("final failed")
+    assert c.kept_holds and c.kept_final and summarize([c])["kept_without_final"] == []
+
+
 def test_the_reference_kept_holds_unless_a_rival_beats_eager_beyond_its_interval(db):
     """L2_21 on an H200: nothing beat the reference beyond its interval and the published kernel
     read 1.0006x [0.976, 1.026]; that is no rival the reference falls below."""
