@@ -125,7 +125,8 @@ fi
 if [[ $what == verify ]]; then
   # verify RECORDS [ARGS]: the report JSON (and its .rows.jsonl) go to $OUT unless --json-out is given.
   # With --json-out PATH (to --resume across machines: carry PATH's folder), PATH and its
-  # .rows.jsonl are copied to $OUT as well.
+  # .rows.jsonl are copied to $OUT as well. One part a lane: lanes '0:verify R --shard 1/4 --json-out
+  # runs/verify/p1.json --resume --deadline-s 420' ...; `cudal1 verify --help` says how parts report as one.
   json=(--json-out "$OUT/verify.json"); given=; prev=
   for arg in "$@"; do
     [[ $prev == --json-out ]] && given=$arg; [[ $arg == --json-out=* ]] && given=${arg#--json-out=}; prev=$arg

@@ -178,6 +178,28 @@ def test_resume_keeps_finished_rows_and_evaluates_the_rest(records_file: Path, t
     assert no_json.exit_code == 2 and "--resume needs --json-out" in " ".join(no_json.output.split())
 
 
+def test_parts_verified_apart_report_as_one(records_file: Path, tmp_path: Path) -> None:
+    """--shard K/N in two lanes, then their rows files put together and resumed: the whole
+    selection's report, nothing evaluated twice."""
+    base = ["verify", str(records_file), "--device", "cpu", "--tasks", "L1_2,L2_3,L2_4", *FAST]
+    for k in (1, 2):
+        part = CliRunner().invoke(app, [*base, "--shard", f"{k}/2", "--json-out", str(tmp_path / f"p{k}.json")])
+        assert part.exit_code == 0, part.output
+    parts = [json.loads((tmp_path / f"p{k}.json").read_text())["rows"] for k in (1, 2)]
+    assert [[r["task"] for r in rows] for rows in parts] == [["L1_2", "L2_4"], ["L2_3"]]
+    whole = tmp_path / "all.json"
+    (tmp_path / "all.rows.jsonl").write_text(
+        "".join((tmp_path / f"p{k}.rows.jsonl").read_text() for k in (1, 2))
+    )
+    merged = CliRunner().invoke(app, [*base, "--json-out", str(whole), "--resume"])
+    assert merged.exit_code == 0, merged.output
+    assert "3 already done" in " ".join(merged.output.split())
+    report = json.loads(whole.read_text())
+    assert [r["task"] for r in report["rows"]] == ["L1_2", "L2_3", "L2_4"] and report["complete"]
+    bad = CliRunner().invoke(app, [*base, "--shard", "3/2"])
+    assert bad.exit_code == 2 and "K must be between 1 and N" in " ".join(bad.output.split())
+
+
 def test_json_on_stdout_is_the_report_file_and_report_reads_it(records_file: Path, tmp_path: Path) -> None:
     """--format json is the one way to JSON on stdout; the report file is --json-out PATH."""
     out = tmp_path / "r.json"

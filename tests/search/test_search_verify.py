@@ -20,3 +20,11 @@ def test_selection_levels_sample_limit() -> None:
     assert [i for i, _, _ in named] == [1, 4]
     with pytest.raises(TaskError, match="no record named nope"):
         select_records(records, Selection(names=frozenset({"nope"})))
+
+
+def test_the_parts_of_a_selection_cover_it_once() -> None:
+    records = [(Task(f"t{i}", "", level=1 + i % 3), Candidate(f"t{i}", "src")) for i in range(11)]
+    whole = select_records(records, Selection(levels=frozenset({1, 2})))
+    parts = [select_records(records, Selection(levels=frozenset({1, 2}), shard=(k, 3))) for k in (1, 2, 3)]
+    assert all(parts) and sorted(i for part in parts for i, _, _ in part) == [i for i, _, _ in whole]
+    assert {len(p) for p in parts} <= {len(whole) // 3, len(whole) // 3 + 1}

@@ -40,14 +40,34 @@ from cudal1.tasks import TaskError
 
 
 def _selection(
-    levels: list[str] | None, tasks: list[str] | None, sample: int | None, seed: int, limit: int | None
+    levels: list[str] | None,
+    tasks: list[str] | None,
+    sample: int | None,
+    seed: int,
+    limit: int | None,
+    shard: str | None = None,
 ) -> Selection:
     try:
         wanted = frozenset(int(x) for item in levels or [] for x in item.split(",") if x.strip())
     except ValueError:
         raise bad_input(f"--levels {levels}: expected level numbers, e.g. 1,2") from None
     names = frozenset(x.strip() for item in tasks or [] for x in item.split(",") if x.strip())
-    return Selection(levels=wanted, names=names, sample=sample, seed=seed, limit=limit)
+    return Selection(
+        levels=wanted, names=names, sample=sample, seed=seed, limit=limit, shard=_shard(shard)
+    )
+
+
+def _shard(value: str | None) -> tuple[int, int] | None:
+    """``--shard K/N`` as (K, N); a bad value is bad input."""
+    if value is None:
+        return None
+    try:
+        k, n = (int(part) for part in value.split("/"))
+    except ValueError:
+        raise bad_input(f"--shard {value}: expected K/N, e.g. 1/4") from None
+    if not 1 <= k <= n:
+        raise bad_input(f"--shard {value}: K must be between 1 and N")
+    return k, n
 
 
 def _pool_config(pool: str | None, devices: str | None, workers: int | None) -> PoolConfig:
@@ -90,6 +110,15 @@ def verify_command(
         list[str] | None,
         typer.Option(help="only these records, named as the table does, e.g. --tasks L2_4,L3_13"),
     ] = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            metavar="K/N",
+            help="only the K-th of N parts of the selection (every N-th record from the K-th), one "
+            "per lane of a machine of several GPUs; put their rows files together and --resume "
+            "to report the whole",
+        ),
+    ] = None,
     budget_s: Annotated[float | None, typer.Option(help="timing budget per record, seconds")] = None,
     deadline_s: Annotated[
         float | None, typer.Option(help="start no evaluation after this many seconds; the rest are 'not run'")
@@ -112,11 +141,13 @@ candidate goes through the full evaluator (static checks, compile, correctness, 
 integrity guards); a table puts claimed and measured speedup side by side with every finding. \
 Records without code ("None") are listed as "no code".
 
-    Selection: --levels and --tasks, then --sample, then --limit. With --json-out PATH, each finished row is \
+    Selection: --levels and --tasks, then --sample, then --limit, then --shard. With --json-out PATH, each \
+finished row is \
 appended to PATH's .rows.jsonl at once, so a killed run loses nothing it finished; PATH itself \
 is written at the end. --resume (with the same --json-out and selection) keeps the rows that file \
 holds and evaluates the rest, so a long release can be verified across several runs; records \
-"not run" or lost to an evaluator error are evaluated again.
+"not run" or lost to an evaluator error are evaluated again. Parts verified apart (--shard K/N, one \
+a lane) report as one: put their rows files into one (cat) beside a new PATH and run with --resume.
 
     Exit 0 when the run completes, whatever the verdicts (records left "not run" by --deadline-s \
 included); 2 for bad input.
@@ -126,7 +157,7 @@ included); 2 for bad input.
     pool_cfg = _pool_config(pool, devices, workers)
     if not records.is_file():
         raise bad_input(f"{records}: no such records file")
-    selection = _selection(levels, tasks, sample, seed, limit)
+    selection = _selection(levels, tasks, sample, seed, limit, shard)
     if resume and json_path is None:
         raise bad_input("--resume needs --json-out PATH: the rows file beside it is what is resumed")
     try:

@@ -46,13 +46,15 @@ UNFINISHED: frozenset[VerifyStatus] = frozenset({"not run", "evaluator error"})
 @dataclass(frozen=True)
 class Selection:
     """Which records to verify: level and name filters, then a seeded random sample, then the
-    first N."""
+    first N, then the K-th of N parts (every N-th record from the K-th: each lane of a machine
+    of several GPUs verifies one, and their rows files put together are the whole)."""
 
     levels: frozenset[int] = frozenset()
     names: frozenset[str] = frozenset()  # task names as the table prints them, e.g. "L2_4"
     sample: int | None = None
     seed: int = 0
     limit: int | None = None
+    shard: tuple[int, int] | None = None  # (K, N), 1 <= K <= N
 
 
 def select_records(records: list[Record], sel: Selection) -> list[tuple[int, Task, Candidate | None]]:
@@ -70,6 +72,8 @@ def select_records(records: list[Record], sel: Selection) -> list[tuple[int, Tas
         chosen = sorted(random.Random(sel.seed).sample(chosen, sel.sample), key=lambda r: r[0])
     if sel.limit is not None:
         chosen = chosen[: sel.limit]
+    if sel.shard is not None:
+        chosen = chosen[sel.shard[0] - 1 :: sel.shard[1]]
     return chosen
 
 
