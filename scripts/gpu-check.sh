@@ -64,10 +64,13 @@ if [[ $what == lanes ]]; then
      done
    done >"$OUT/monitor.txt" 2>&1) &
   monitor=$!
-  # Which processes use each GPU's SMs, every second, and who they are every 30 s: on four H200s
-  # a level-3 reference read 2x and 3x its own time in steps inside one loaded run (19.0, 41.6,
-  # 62.2 ms), as when one or two other contexts share the GPU by time-slicing (2026-11-28).
-  (nvidia-smi pmon -s u -d 1 >"$OUT/pmon.txt" 2>&1 &
+  # Every second, each GPU's clocks, power, temperature and throttling (dmon) and which
+  # processes use its SMs (pmon); who those processes are every 30 s. On four H200s a level-3
+  # reference read 2.2x and 3.3x its own time on plateaus lasting seconds inside one loaded run
+  # (18.9, 41.6, 62.2 ms; the candidate beside it the same), as lower SM clocks or other
+  # contexts sharing the GPU would make it, and nothing logged which (2026-11-28).
+  (nvidia-smi dmon -s pucv -d 1 >"$OUT/dmon.txt" 2>&1 &
+   nvidia-smi pmon -s u -d 1 >"$OUT/pmon.txt" 2>&1 &
    while sleep 30; do date +%T; ps -eo pid,ppid,pgid,stat,args | grep -E '[c]udal1|[p]ytest|[b]enchmarks/' | cut -c1-200; done \
      >"$OUT/processes.txt" 2>&1) &
   pmon=$!
@@ -87,10 +90,10 @@ print(','.join(str(c) for g in sys.argv[2].split(',') for c in sorted(cpu_share(
   done
   wait "${pids[@]}"
   kill "$monitor" 2>/dev/null
-  pkill -f 'nvidia-smi pmon' 2>/dev/null; kill "$pmon" 2>/dev/null
+  pkill -f 'nvidia-smi [dp]mon' 2>/dev/null; kill "$pmon" 2>/dev/null
   # One archive: the device tool brings back at most 8 files (gpu.txt, monitor.txt, the lanes').
-  sleep 1; tar -czf "$OUT/host.tar.gz" -C "$OUT" pmon.txt processes.txt 2>/dev/null
-  rm -f "$OUT/pmon.txt" "$OUT/processes.txt"
+  sleep 1; tar -czf "$OUT/host.tar.gz" -C "$OUT" dmon.txt pmon.txt processes.txt 2>/dev/null
+  rm -f "$OUT/dmon.txt" "$OUT/pmon.txt" "$OUT/processes.txt"
   for ((i = 0; i < k; i++)); do
     echo "=== lane $i: $(tr '\n' ' ' <"$OUT/lane-$i/lane.txt")"
     grep -v '^\[' "$OUT/lane-$i/lane.log" | tail -n "${LANE_TAIL:-16}" | cut -c1-150
