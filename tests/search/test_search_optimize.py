@@ -315,6 +315,7 @@ def test_a_best_that_fails_its_final_is_dropped_for_the_next_fastest(
     assert record.final is not None and record.final.speedup == 1.4
     assert [label for label, _ in record.failed_finals] == ["faster", "fast"]
     assert "correctness exploded" in record.failed_finals[0][1]
+    assert not dict(record.baselines)["faster"].ok  # the report's bar: no baseline incorrect when rebuilt
     assert [(f.task, f.label) for f in finals] == [(GELU.name, "slow")]
     # Done: a resumed session re-evaluates nothing.
     pool.asked.clear()

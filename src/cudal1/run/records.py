@@ -35,7 +35,7 @@ class TaskRecord:
     rounds_done: int
     # Round 0's built-in baselines and the reference anchor, by label: what ``cudal1 report``
     # compares the kept kernel against (same device, same run); a baseline re-measured in a
-    # final (the kept kernel was compared with it there) by that final.
+    # final (the kept kernel was compared with it there) by that final, passed or failed.
     baselines: tuple[tuple[str, EvalResult], ...] = ()
     # Faster candidates that failed their final re-evaluation and are not kept: (label, why).
     failed_finals: tuple[tuple[str, str], ...] = ()
@@ -136,7 +136,9 @@ def _task_record(db: CandidateDB, name: str, level: int) -> TaskRecord:
         counts=db.counts(name),
         rounds_done=db.rounds_done(name),
         baselines=tuple(
-            (r.label, passed.get(r.id) or r.result) for r in evaluated if r.round == 0 and r.result is not None
+            (r.label, failed.get(r.id) or passed.get(r.id) or r.result)
+            for r in evaluated
+            if r.round == 0 and r.result is not None
         ),
         failed_finals=tuple(
             (labels.get(i, str(i)), result.error or "not ok") for i, result in failed.items()
