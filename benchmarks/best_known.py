@@ -181,6 +181,12 @@ class TaskComparison:
         return high is not None and high >= best.speedup
 
 
+def _standing(row: CandidateRow, finals: Mapping[int, EvalResult]) -> float:
+    """``row``'s speedup at its final where it had one (0 for a failed one), else its search's."""
+    result = finals.get(row.id)
+    return (result.speedup or 0.0) if result is not None else (row.speedup or 0.0)
+
+
 def _measured(name: str, row: CandidateRow | None, finals: Mapping[int, EvalResult]) -> Measured:
     """``row``'s measurement: its final re-evaluation's where it had one (like with like with the
     kept kernel's; a failed final makes it no rival), else the search's."""
@@ -216,7 +222,9 @@ def compare_task(
     finals = finals or {}
     by_label = {r.label: r for r in rows}
     seeds = [r for r in rows if r.backend == SEED_BACKEND]
-    seed = max(seeds, key=lambda r: r.speedup or 0.0) if seeds else None
+    # The published kernel as its final says where it had one (a seed incorrect when rebuilt
+    # is not the one shown while another passed).
+    seed = max(seeds, key=lambda r: _standing(r, finals)) if seeds else None
     published = _measured("published", seed, finals)
     compile_ = tuple(_measured(mode, by_label.get(mode), finals) for mode in COMPILE_MODES)
     graph = _measured(GRAPH, by_label.get(GRAPH), finals)
@@ -403,7 +411,9 @@ def summarize(all_tasks: Sequence[TaskComparison]) -> dict:
         "tasks_with_every_competitor": sum(_complete(c) for c in comparisons),
         # kept kernels still at their search's numbers (marked "s"): their finals are to come
         "kept_without_final": [
-            c.task for c in comparisons if not c.kept_final and c.kept.origin != REFERENCE_LABEL
+            c.task
+            for c in comparisons
+            if not c.kept_final and c.kept.speedup is not None and c.kept.origin != REFERENCE_LABEL
         ],
         "composed_wins": [
             {"task": c.task, "chain": c.kept.origin, "speedup": c.kept.speedup}

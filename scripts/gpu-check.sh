@@ -40,7 +40,7 @@ if [[ $what == lanes ]]; then
   # tool returns at most 8 files). Other lanes' builds run beside a lane's timing: a lane's
   # numbers are those of a loaded machine.
   ngpu=$(nvidia-smi -L | wc -l); k=0; pids=()
-  # The host's memory and the GPUs' use every 30 s: an H200 host's memory grows as it is used
+  # The host's memory and the GPUs' use every 30 s (monitor.txt, in host.tar.gz): an H200 host's memory grows as it is used
   # (KINDS.md), and lanes that stall together point at the host. A lane whose log has not grown
   # for LANE_STALL_S (120 s) gets the processes' states and, where py-spy was carried (.whl),
   # the Python stacks of its busiest processes, once per stall: on four H200s three lanes stalled
@@ -69,11 +69,13 @@ if [[ $what == lanes ]]; then
   # reference read 2.2x and 3.3x its own time on plateaus lasting seconds inside one loaded run
   # (18.9, 41.6, 62.2 ms; the candidate beside it the same), as lower SM clocks or other
   # contexts sharing the GPU would make it, and nothing logged which (2026-11-28).
-  (nvidia-smi dmon -s pucv -d 1 >"$OUT/dmon.txt" 2>&1 &
-   nvidia-smi pmon -s u -d 1 >"$OUT/pmon.txt" 2>&1 &
-   while sleep 30; do date +%T; ps -eo pid,ppid,pgid,stat,args | grep -E '[c]udal1|[p]ytest|[b]enchmarks/' | cut -c1-200; done \
+  nvidia-smi dmon -s pucv -d 1 >"$OUT/dmon.txt" 2>&1 &
+  loggers=($!)
+  nvidia-smi pmon -s u -d 1 >"$OUT/pmon.txt" 2>&1 &
+  loggers+=($!)
+  (while true; do date +%T; ps -eo pid,ppid,pgid,stat,args | grep -E '[c]udal1|[p]ytest|[b]enchmarks/' | cut -c1-200; sleep 30 & wait $!; done \
      >"$OUT/processes.txt" 2>&1) &
-  pmon=$!
+  loggers+=($!)
   for spec in "$@"; do
     gpus=${spec%%:*}; cmd=${spec#*:}
     cpus=$(python3 -c "import sys; from cudal1.eval.devices import cpu_share
@@ -89,11 +91,10 @@ print(','.join(str(c) for g in sys.argv[2].split(',') for c in sorted(cpu_share(
     pids+=($!); k=$((k + 1))
   done
   wait "${pids[@]}"
-  kill "$monitor" 2>/dev/null
-  pkill -f 'nvidia-smi [dp]mon' 2>/dev/null; kill "$pmon" 2>/dev/null
-  # One archive: the device tool brings back at most 8 files (gpu.txt, monitor.txt, the lanes').
-  sleep 1; tar -czf "$OUT/host.tar.gz" -C "$OUT" dmon.txt pmon.txt processes.txt 2>/dev/null
-  rm -f "$OUT/dmon.txt" "$OUT/pmon.txt" "$OUT/processes.txt"
+  kill "$monitor" "${loggers[@]}" 2>/dev/null
+  # One archive (the device tool brings back at most 8 files: gpu.txt, this and one a lane).
+  sleep 1; tar -czf "$OUT/host.tar.gz" -C "$OUT" monitor.txt dmon.txt pmon.txt processes.txt 2>/dev/null
+  rm -f "$OUT/monitor.txt" "$OUT/dmon.txt" "$OUT/pmon.txt" "$OUT/processes.txt"
   for ((i = 0; i < k; i++)); do
     echo "=== lane $i: $(tr '\n' ' ' <"$OUT/lane-$i/lane.txt")"
     grep -v '^\[' "$OUT/lane-$i/lane.log" | tail -n "${LANE_TAIL:-16}" | cut -c1-150

@@ -381,6 +381,54 @@ def test_an_overtaker_whose_final_falls_lower_still_gives_the_task_back(
     db.close()
 
 
+def test_with_its_attempts_spent_a_task_keeps_a_measured_candidate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finals far below the search (each search figure the luckier): after two attempts the task
+    keeps the better of the two it measured, not the next one's search figure; a resumed session
+    measures that next one."""
+    from candidate_fixtures import make_result
+
+    from cudal1.run.records import task_records
+
+    _, db = _stored(tmp_path, {"a": 4.0, "b": 3.9, "c": 3.8, "d": 3.7})
+    pool = _FinalPool(
+        {"a": [make_result(GELU.name, "x", 2.0)], "b": [make_result(GELU.name, "x", 2.3)],
+         "c": [make_result(GELU.name, "x", 3.5)], "d": [make_result(GELU.name, "x", 3.0)]}
+    )  # fmt: skip
+    monkeypatch.setattr(optimize_module, "make_pool", lambda *a, **k: pool)
+    config = fast_config(tmp_path, final={"attempts": 2})
+    optimize_module._final_round(db, [GELU], config, None)
+    [record] = task_records(db)
+    assert pool.asked == ["a", "b"]
+    assert record.best is not None and record.best.label == "b" and record.final is not None
+    assert record.final.speedup == 2.3
+    optimize_module._final_round(db, [GELU], config, None)
+    [record] = task_records(db)
+    # c's final (3.5x, up to 3.535x) left d's 3.7x above it: d was measured too, and fell short.
+    assert pool.asked == ["a", "b", "c", "d"] and record.best.label == "c"  # type: ignore[union-attr]
+    db.close()
+
+
+def test_a_runner_up_inside_the_kept_final_interval_or_not_faster_than_eager_is_not_re_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from candidate_fixtures import make_result
+
+    _, db = _stored(tmp_path, {"a": 2.0, "b": 1.99})
+    pool = _FinalPool({"a": [make_result(GELU.name, "x", 1.98)]})  # interval 1.960-2.000
+    monkeypatch.setattr(optimize_module, "make_pool", lambda *a, **k: pool)
+    optimize_module._final_round(db, [GELU], fast_config(tmp_path), None)
+    assert pool.asked == ["a"]
+    db.close()
+    _, db = _stored(tmp_path / "anchor", {"reference": 1.0, "x": 0.99, "y": 0.98})
+    pool = _FinalPool({"reference": [make_result(GELU.name, "x", 0.97)]})
+    monkeypatch.setattr(optimize_module, "make_pool", lambda *a, **k: pool)
+    optimize_module._final_round(db, [GELU], fast_config(tmp_path), None)
+    assert pool.asked == ["reference"]  # x and y do not beat the reference: no finals for them
+    db.close()
+
+
 def test_final_attempts_bound_a_session_and_an_evaluator_failure_is_not_the_candidates(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

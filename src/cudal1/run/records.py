@@ -97,7 +97,9 @@ def read_run(
     """The run as it stands in its database, ledger and config."""
     stored = stored_tasks(db)
     tasks = task_records(db)
-    finals = [f for name in stored for f in passed_finals(db, name).values()]
+    finals = [
+        f for name in stored for f in (*passed_finals(db, name).values(), *failed_finals(db, name).values())
+    ]
     results = [r.result for name in stored for r in db.evaluated(name) if r.result] + finals
     wall_s = float(db.get_meta("wall_s") or 0.0)
     throughput = run_throughput(results, wall_s)

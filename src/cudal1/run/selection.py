@@ -99,20 +99,40 @@ def choose_best(rows: Sequence[CandidateRow]) -> CandidateRow | None:
 def choose_kept(
     rows: Sequence[CandidateRow], failed: Container[int], finals: Mapping[int, EvalResult] | None = None
 ) -> CandidateRow | None:
-    """``choose_best`` over the rows whose ids are not in ``failed``: the candidates that failed
-    their final re-evaluation (``run.directory.failed_finals``) are never kept. A candidate with
-    a passed final (``run.directory.passed_finals``) stands at its final's speedup, not its
-    search's: a best whose final comes in below a runner-up's search speedup is overtaken, so
-    the runner-up is re-measured in turn (on an H200, a torch.compile kernel measured 4.79x in
-    the search and 1.73x in its final, while another mode's stood at 4.78x unmeasured)."""
+    """The candidate a task keeps. Those that failed their final re-evaluation
+    (``run.directory.failed_finals``) never are. Where candidates have passed finals
+    (``run.directory.passed_finals``), the best of them at their finals' speedups
+    (``choose_best``): a final is the run's word on a candidate, a search figure is not (on an
+    H200 a torch.compile kernel measured 4.79x in the search and 1.73x in its final). Before any
+    final, the best by the search. A candidate without a final that the next final should
+    measure is ``challenger``'s."""
     finals = finals or {}
-    standing = {
-        r.id: replace(r, speedup=finals[r.id].speedup) if r.id in finals else r
+    alive = [r for r in rows if r.id not in failed]
+    measured = [replace(r, speedup=finals[r.id].speedup) for r in alive if r.id in finals]
+    best = choose_best(measured) if measured else choose_best(alive)
+    return None if best is None else next(r for r in rows if r.id == best.id)
+
+
+def challenger(
+    rows: Sequence[CandidateRow], failed: Container[int], finals: Mapping[int, EvalResult], kept: CandidateRow
+) -> CandidateRow | None:
+    """The candidate to re-measure next beside ``kept`` (which has a final): the fastest in the
+    search of those without a final that beat the reference beyond their interval and whose
+    search speedup lies above the kept final's interval. A runner-up inside that interval is
+    not re-measured: near ties would otherwise overtake each other in turn, each search figure
+    the luckier of two (the L1_89 kernel's rival stood at 4.78x against a final of 1.73x)."""
+    final = finals.get(kept.id)
+    if final is None or final.timing is None:
+        return None
+    above = [
+        r
         for r in rows
         if r.id not in failed
-    }
-    best = choose_best(list(standing.values()))
-    return None if best is None else next(r for r in rows if r.id == best.id)
+        and r.id not in finals
+        and beats_reference(r.label, r.result)
+        and (r.speedup or 0.0) > final.timing.ci_high
+    ]
+    return max(above, key=lambda r: (r.speedup or 0.0, -r.id), default=None)
 
 
 def beats_reference(label: str, result: EvalResult | None) -> bool:

@@ -9,9 +9,9 @@ reported numbers are that evaluation's, and the candidate is marked ``final`` in
 A best that fails its final re-evaluation (incorrect or rejected in a fresh build: a
 torch.compile max-autotune kernel of L3_48 did, on an H100) is never kept: the next fastest is
 re-evaluated in its place, up to ``final.attempts`` candidates per task and session. A best whose
-final comes in below a runner-up's search speedup is overtaken the same way: the runner-up is
-re-evaluated, and the task keeps the faster final (``run.selection.choose_kept``), so a kept
-kernel is compared with its rivals' finals, not with their searches' luck (on an H200 a
+final's interval lies below a runner-up's search speedup has that runner-up re-evaluated too
+(``run.selection.challenger``), and the task keeps the faster final (``choose_kept``), so a
+kept kernel is compared with its rivals' finals, not with their searches' luck (on an H200 a
 torch.compile kernel gave 4.79x in the search and 1.73x in its fresh build's final).
 
 A run never recommends a slowdown: unless that measurement beats the reference beyond its
@@ -50,7 +50,7 @@ from cudal1.run.directory import (
 from cudal1.run.events import ProgressCallback, RunDone, RunStarted, TaskFinal, TaskPlan
 from cudal1.run.records import RunRecord, read_run
 from cudal1.run.rows import CandidateRow
-from cudal1.run.selection import choose_kept
+from cudal1.run.selection import challenger, choose_kept
 from cudal1.schema import EvalRequest, EvalResult, Task
 from cudal1.search.budget import Budget
 from cudal1.search.contrastive import ContrastivePlan, Search
@@ -222,30 +222,33 @@ def _finals_due(
     progress: ProgressCallback | None,
     said: set[str],
 ) -> dict[str, tuple[Task, CandidateRow]]:
-    """The tasks whose kept candidate has no final yet, and this session may still try one. A
-    kept candidate re-measured before (it was overtaken, then its overtaker's final came in
-    lower still) becomes the task's final again without a new evaluation."""
+    """The tasks whose kept candidate has no final yet, or has one that a runner-up's search
+    figure lies above (``run.selection.challenger``), and this session may still try one. A kept
+    candidate re-measured before (it was overtaken, then its overtaker's final came in lower
+    still) becomes the task's final again without a new evaluation."""
     due: dict[str, tuple[Task, CandidateRow]] = {}
     for task in tasks:
-        passed = passed_finals(db, task.name)
-        best = choose_kept(db.evaluated(task.name), failed_finals(db, task.name), passed)
+        rows, failed, passed = db.evaluated(task.name), failed_finals(db, task.name), passed_finals(db, task.name)
+        best = choose_kept(rows, failed, passed)
         done = final_record(db, task.name)
         if best is not None and best.id in passed and (done is None or done[0] != best.id):
             record_final(db, best, passed[best.id])
             log.info("%s final: %s kept, re-measured before", task.name, best.label)
             if progress is not None:
                 progress(TaskFinal.of(task.name, best.label, passed[best.id]))
-        elif best is not None and (done is None or done[0] != best.id):
-            if tried.get(task.name, 0) < attempts:
-                due[str(best.id)] = (task, best)
-            elif task.name not in said:
-                said.add(task.name)
-                log.warning(
-                    "%s final: %d candidates tried; a resumed run tries the next", task.name, attempts
-                )
-        elif progress is not None and best is None and task.name not in said:
-            said.add(task.name)  # nothing to keep (or every candidate failed its final): said once
-            progress(TaskFinal.of(task.name, None, None))
+        if best is None:
+            if progress is not None and task.name not in said:
+                said.add(task.name)  # nothing to keep (or every candidate failed its final): said once
+                progress(TaskFinal.of(task.name, None, None))
+            continue
+        target = best if best.id not in passed else challenger(rows, failed, passed, best)
+        if target is None:
+            continue
+        if tried.get(task.name, 0) < attempts:
+            due[str(target.id)] = (task, target)
+        elif task.name not in said:
+            said.add(task.name)
+            log.warning("%s final: %d candidates tried; a resumed run tries the next", task.name, attempts)
     return due
 
 
