@@ -72,7 +72,7 @@ from cudal1.report.tables import Col, TableSpec, to_markdown
 from cudal1.run.directory import RunDirectory, failed_finals, passed_finals
 from cudal1.run.records import TaskRecord, load_run
 from cudal1.run.rows import CandidateRow
-from cudal1.run.selection import REFERENCE_LABEL, why_not_ok
+from cudal1.run.selection import REFERENCE_LABEL, challenger, why_not_ok
 from cudal1.schema import Candidate, EvalResult, Task
 from cudal1.tasks.cuda_l1 import load_cuda_l1_records
 
@@ -153,6 +153,7 @@ class TaskComparison:
     composed_win: bool = False  # a composition beat its base and every baseline beyond intervals
     anchor: AvsAEntry | None = None  # the reference as its own candidate (A-vs-A)
     kept_final: bool = False  # the kept kernel's numbers are its final re-evaluation's
+    rival_due: str = ""  # a rival whose search figure lies above the kept final: its final is due
 
     @property
     def best_compile(self) -> Measured | None:
@@ -241,8 +242,20 @@ def compare_task(
         backend,
         anchor=anchor,
         kept_final=record.final is not None,
+        rival_due=_rival_due(record, rows, finals),
     )
     return _with_composed_win(comparison, record, rows)
+
+
+def _rival_due(record: TaskRecord, rows: Sequence[CandidateRow], finals: Mapping[int, EvalResult]) -> str:
+    """The label of the candidate the run's next final round re-measures beside the kept one
+    (``run.selection.challenger``), or ""."""
+    if record.best is None or record.final is None:
+        return ""
+    passed = {i: r for i, r in finals.items() if r.ok}
+    failed = {i for i, r in finals.items() if not r.ok}
+    rival = challenger(rows, failed, passed, record.best)
+    return rival.label if rival is not None else ""
 
 
 def _with_composed_win(c: TaskComparison, record: TaskRecord, rows: Sequence[CandidateRow]) -> TaskComparison:
@@ -415,6 +428,8 @@ def summarize(all_tasks: Sequence[TaskComparison]) -> dict:
             for c in comparisons
             if not c.kept_final and c.kept.speedup is not None and c.kept.origin != REFERENCE_LABEL
         ],
+        # kept kernels with a rival above their final (marked "r"): the rival's final is to come
+        "rival_finals_due": {c.task: c.rival_due for c in comparisons if c.rival_due},
         "composed_wins": [
             {"task": c.task, "chain": c.kept.origin, "speedup": c.kept.speedup}
             for c in comparisons
@@ -485,6 +500,9 @@ def markdown(
         f"published kernels verify, {gm('published_geomean_over_best_compile')} over that mode.",
         "- kept kernels at their search's numbers (`s`), their final re-measurement still to "
         "come: " + (", ".join(summary.get("kept_without_final", [])) or "none"),
+        "- kept kernels with a rival's final still to come (`r`; the rival's search figure lies "
+        "above the kept final's interval): "
+        + (", ".join(f"{t} ({label})" for t, label in summary.get("rival_finals_due", {}).items()) or "none"),
         "- kept kernel below the best of the others beyond its interval: "
         + (", ".join(summary["kept_below_best_other"]) or "none"),
         "- compositions faster than both sources and every baseline: "
@@ -521,6 +539,7 @@ def _cells(c: TaskComparison) -> tuple[str, ...]:
         _x(c.published),
         (f"{kept.speedup:.2f}{ci}" if kept.speedup is not None else "not run")
         + ("" if c.kept_final or kept.speedup is None or kept.origin == REFERENCE_LABEL else " s")
+        + (" r" if c.rival_due else "")
         + ("" if c.kept_holds else " !"),
         kept.origin[:28],
         f"{winner} {margin:.2f}x" if margin else winner,

@@ -91,6 +91,12 @@ def test_a_competitor_re_measured_in_a_final_stands_at_its_final(db):
     assert c.kept.speedup == 4.7 and c.best_other.speedup == 4.7 and c.kept_holds
     assert dict((m.name, m.speedup) for m in c.compile)["torch-compile-max-autotune-no-cudagraphs"] == 1.73
     assert not compare_task(record, rows).kept_holds  # against the search's 4.79x it would not hold
+    # Before the default mode's final: the kept max-autotune kernel at 1.73x, its rival due.
+    first, rows = _record(db, ma)
+    first = dataclasses.replace(first, final=finals[ma])
+    c = compare_task(first, rows, {ma: finals[ma]})
+    assert c.rival_due == "torch-compile-default" and not c.kept_holds
+    assert summarize([c])["rival_finals_due"] == {GEMM_TASK.name: "torch-compile-default"}
 
 
 def test_a_rival_that_failed_its_final_is_no_rival(db):
