@@ -82,11 +82,12 @@ if [[ $what == lanes ]]; then
 print(','.join(str(c) for g in sys.argv[2].split(',') for c in sorted(cpu_share(int(g), int(sys.argv[1])))))" "$ngpu" "$gpus")
     mkdir -p "$OUT/lane-$k"
     echo "lane $k: GPUs $gpus, CPUs $cpus: $cmd" | tee "$OUT/lane-$k/lane.txt"
-    # 'MODE ARGS + MODE ARGS': modes one after the other in the lane, inside its one time limit.
+    # 'MODE ARGS + MODE ARGS': modes one after the other in the lane, inside its one time limit;
+    # ARGS are read as the shell reads them, so quotes hold: '0:tests -k "a or b"'.
     # shellcheck disable=SC2086
     (export GPU_CHECK_LANE=1 OUT="$OUT/lane-$k" CUDA_VISIBLE_DEVICES=$gpus
      timeout -s INT -k 30 "${LANE_S:-540}" taskset -c "$cpus" bash -c \
-       'IFS=+ read -ra steps <<<"$1"; for s in "${steps[@]}"; do bash "$0" $s; echo "exit $? of: $s" >>"$OUT/lane.txt"; done' \
+       'IFS=+ read -ra steps <<<"$1"; for s in "${steps[@]}"; do eval "bash \"\$0\" $s"; echo "exit $? of: $s" >>"$OUT/lane.txt"; done' \
        "$0" "$cmd" >"$OUT/lane.log" 2>&1) &
     pids+=($!); k=$((k + 1))
   done
