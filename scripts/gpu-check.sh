@@ -8,6 +8,7 @@
 # two GPUs run only where the lane has them: lanes '0,1:tests -k either_gpu'.
 # best-known [ARGS]: benchmarks/best_known.py on .data/cuda-l1-h100.jsonl (carry .data, and runs/best-known
 # to resume a run from an earlier machine); the run directory comes back as $OUT/best-known.tar.gz.
+# bash scripts/gpu-unpack.sh FILES_AT puts what a call brought back (lanes' archives included) under runs/.
 # On a machine of several GPUs, one shard a lane: lanes '0:best-known ... --shard 1/4' '1:best-known ... --shard 2/4' ...
 # train learning-check STAGE... [ARGS]: benchmarks/learning_check.py --resume (its docstring has the plan of
 # calls: prepare; sft grpo control --seeds N; ablation --seeds ...; remeasure report), stopped at

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Unpacks what a device call brought back (its files_at folder) into runs/, where the next call
+# resumes from (carry the folders it names): the benchmark's run directory (best-known.tar.gz,
+# whole or one shard a lane), a verify's --json-out report and rows (into runs/verify), the
+# learning check's state (learning-check.tar.gz). Lanes' archives (lane-K.tar.gz) are opened
+# first; what is already under runs/ is replaced by the newer copy.
+#
+#   bash scripts/gpu-unpack.sh /work/.device/3
+set -euo pipefail
+src=${1:?"usage: bash scripts/gpu-unpack.sh FILES_AT (where a device call put its files)"}
+[[ -d $src ]] || { echo "$src: no such folder" >&2; exit 2; }
+cd "$(dirname "$0")/.."
+mkdir -p runs
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for lane in "$src"/lane-*.tar.gz; do
+  if [[ -f $lane ]]; then tar -xzf "$lane" -C "$tmp"; fi
+done
+found=0
+for dir in "$src" "$tmp"/lane-*; do
+  [[ -d $dir ]] || continue
+  if [[ -f $dir/best-known.tar.gz ]]; then
+    tar -xzf "$dir/best-known.tar.gz" -C runs
+    echo "runs/$(tar -tzf "$dir/best-known.tar.gz" | head -n 1 | cut -d/ -f1-2) <- ${dir#"$tmp"/}"
+    found=1
+  fi
+  if [[ -f $dir/learning-check.tar.gz ]]; then
+    tar -xzf "$dir/learning-check.tar.gz" -C runs
+    echo "runs/learning-check <- ${dir#"$tmp"/}"
+    found=1
+  fi
+  for rows in "$dir"/*.rows.jsonl; do
+    [[ -f $rows ]] || continue
+    mkdir -p runs/verify
+    cp "$rows" runs/verify/
+    report=${rows%.rows.jsonl}.json
+    if [[ -f $report ]]; then cp "$report" runs/verify/; fi
+    echo "runs/verify/${rows##*/} <- ${dir#"$tmp"/}"
+    found=1
+  done
+done
+if [[ $found == 0 ]]; then echo "nothing to unpack in $src" >&2; exit 1; fi
