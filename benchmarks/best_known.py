@@ -69,12 +69,14 @@ from rich.table import Table
 
 from cudal1.report.a_vs_a import AvsAEntry, a_vs_a_line, anchor_entry, summarize_a_vs_a
 from cudal1.report.tables import Col, TableSpec, to_markdown
-from cudal1.run.directory import RunDirectory, failed_finals, passed_finals
+from cudal1.run.directory import RunDirectory, every_final
 from cudal1.run.records import TaskRecord, load_run
 from cudal1.run.rows import CandidateRow
 from cudal1.run.selection import REFERENCE_LABEL, challenger, why_not_ok
 from cudal1.schema import Candidate, EvalResult, Task
 from cudal1.tasks.cuda_l1 import load_cuda_l1_records
+from cudal1.tasks.shard import Shard, part_of
+from cudal1.tasks.shard import parse_shard as parse_k_of_n
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from wall_log import WALL_FILE, WallLog, total_wall_s  # noqa: E402
@@ -277,7 +279,7 @@ def compare_run(run_dir: Path, bench_wall_s: float | None = None) -> tuple[list[
         rows = {t.name: db.evaluated(t.name) for t in record.tasks}
         # Every final, passed or failed: a rival incorrect in its fresh build is no rival (L3_48's
         # max-autotune-no-cudagraphs kernel, 2.88x in the search).
-        finals = {t.name: {**passed_finals(db, t.name), **failed_finals(db, t.name)} for t in record.tasks}
+        finals = {t.name: every_final(db, t.name) for t in record.tasks}
     comparisons = [compare_task(t, rows[t.name], finals[t.name]) for t in record.tasks]
     evaluations = sum(len(r) for r in rows.values()) + sum(len(f) for f in finals.values())
     devices = max(1, len(record.config.pool.devices))
@@ -302,28 +304,23 @@ def compare_run(run_dir: Path, bench_wall_s: float | None = None) -> tuple[list[
 SHARD_GLOB = "shard-*-of-*"
 
 
-def shard_dir(bench: Path, shard: tuple[int, int]) -> Path:
+def shard_dir(bench: Path, shard: Shard) -> Path:
     """Where the K-th of N parts of a benchmark lives."""
     return bench / f"shard-{shard[0]}-of-{shard[1]}"
 
 
-def parse_shard(value: str) -> tuple[int, int]:
+def parse_shard(value: str) -> Shard:
     """``K/N`` with 1 <= K <= N (argparse's type for ``--shard``)."""
     try:
-        k, n = (int(part) for part in value.split("/"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value}: expected K/N, e.g. 1/4") from None
-    if not 1 <= k <= n:
-        raise argparse.ArgumentTypeError(f"{value}: K must be between 1 and N")
-    return k, n
+        return parse_k_of_n(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def shard_of(
-    drawn: Sequence[tuple[Task, Candidate]], shard: tuple[int, int] | None
-) -> list[tuple[Task, Candidate]]:
-    """The K-th of N parts of the draw: every N-th task from the K-th (the draw is sorted by level,
-    so each part gets tasks of every level); all of it without ``shard``."""
-    return list(drawn if shard is None else drawn[shard[0] - 1 :: shard[1]])
+def shard_of(drawn: Sequence[tuple[Task, Candidate]], shard: Shard | None) -> list[tuple[Task, Candidate]]:
+    """The K-th of N parts of the draw (the draw is sorted by level, so each part gets tasks of
+    every level); all of it without ``shard``."""
+    return part_of(drawn, shard)
 
 
 def bench_parts(bench: Path) -> list[Path]:

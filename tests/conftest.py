@@ -29,13 +29,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _shard(value: str) -> tuple[int, int]:
+    from cudal1.tasks.shard import parse_shard
+
     try:
-        k, n = (int(part) for part in value.split("/"))
-    except ValueError:
-        raise pytest.UsageError(f"--shard {value}: expected K/N, e.g. 1/2") from None
-    if not 1 <= k <= n:
-        raise pytest.UsageError(f"--shard {value}: K must be between 1 and N")
-    return k, n
+        return parse_shard(value)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--shard {exc}") from None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -46,8 +45,9 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(trylast=True)  # after -m and -k have deselected theirs
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if (value := config.getoption("--shard")) is not None:
-        k, n = _shard(value)
-        kept = items[k - 1 :: n]
+        from cudal1.tasks.shard import part_of
+
+        kept = part_of(items, _shard(value))
         ids = {id(item) for item in kept}
         config.hook.pytest_deselected(items=[item for item in items if id(item) not in ids])
         items[:] = kept

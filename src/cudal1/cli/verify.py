@@ -37,6 +37,7 @@ from cudal1.report.verify import (
 )
 from cudal1.search.verify import Row, Selection, VerifyRun, rows_log_path, run_verify, write_json
 from cudal1.tasks import TaskError
+from cudal1.tasks.shard import Shard, parse_shard
 
 
 def _selection(
@@ -57,17 +58,12 @@ def _selection(
     )
 
 
-def _shard(value: str | None) -> tuple[int, int] | None:
+def _shard(value: str | None) -> Shard | None:
     """``--shard K/N`` as (K, N); a bad value is bad input."""
-    if value is None:
-        return None
     try:
-        k, n = (int(part) for part in value.split("/"))
-    except ValueError:
-        raise bad_input(f"--shard {value}: expected K/N, e.g. 1/4") from None
-    if not 1 <= k <= n:
-        raise bad_input(f"--shard {value}: K must be between 1 and N")
-    return k, n
+        return parse_shard(value) if value is not None else None
+    except ValueError as exc:
+        raise bad_input(f"--shard {exc}") from None
 
 
 def _pool_config(pool: str | None, devices: str | None, workers: int | None) -> PoolConfig:

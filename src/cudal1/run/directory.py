@@ -228,6 +228,12 @@ def failed_finals(db: CandidateDB, task: str) -> dict[int, EvalResult]:
     return {int(k): EvalResult.from_dict(v) for k, v in json.loads(raw).items()} if raw else {}
 
 
+def every_final(db: CandidateDB, task: str) -> dict[int, EvalResult]:
+    """Every final re-evaluation of the task's candidates, passed or failed, by id: what stands for
+    a candidate's search measurement where it has one (a candidate has one final at most)."""
+    return {**passed_finals(db, task), **failed_finals(db, task)}
+
+
 def record_failed_final(db: CandidateDB, row: CandidateRow, result: EvalResult) -> None:
     """``row`` failed its final re-evaluation: its task keeps another candidate."""
     with db.transaction():

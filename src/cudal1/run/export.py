@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from cudal1.run.database import CandidateDB
-from cudal1.run.directory import RunDirectory, RunError, failed_finals, passed_finals, stored_tasks
+from cudal1.run.directory import RunDirectory, RunError, every_final, stored_tasks
 from cudal1.run.records import task_records
 from cudal1.run.rows import CandidateRow
 from cudal1.run.selection import REFERENCE_LABEL
@@ -79,9 +79,9 @@ def _every_verified(db: CandidateDB, tasks: dict[str, Task]) -> list[tuple[Candi
     re-evaluation's for those that had one; dropped when a final failed)."""
     out = []
     for name in tasks:
-        passed, failed = passed_finals(db, name), failed_finals(db, name)
+        finals = every_final(db, name)
         for row in db.evaluated(name):
-            result = failed.get(row.id) or passed.get(row.id) or row.result
+            result = finals.get(row.id) or row.result
             if row.label != REFERENCE_LABEL and result is not None and result.ok:
                 out.append((row, result))
     return out

@@ -15,7 +15,14 @@ from typing import Any
 
 from cudal1.config import ConfigError, GRPOStageConfig, OptimizeConfig, RewardBar
 from cudal1.run.database import CandidateDB
-from cudal1.run.directory import RunDirectory, RunError, failed_finals, passed_finals, stored_tasks
+from cudal1.run.directory import (
+    RunDirectory,
+    RunError,
+    every_final,
+    failed_finals,
+    passed_finals,
+    stored_tasks,
+)
 from cudal1.run.rows import CandidateRow, TaskCounts
 from cudal1.run.selection import beats_reference, choose_kept
 from cudal1.run.throughput import Throughput, run_throughput
@@ -97,9 +104,7 @@ def read_run(
     """The run as it stands in its database, ledger and config."""
     stored = stored_tasks(db)
     tasks = task_records(db)
-    finals = [
-        f for name in stored for f in (*passed_finals(db, name).values(), *failed_finals(db, name).values())
-    ]
+    finals = [f for name in stored for f in every_final(db, name).values()]
     results = [r.result for name in stored for r in db.evaluated(name) if r.result] + finals
     wall_s = float(db.get_meta("wall_s") or 0.0)
     throughput = run_throughput(results, wall_s)
@@ -127,6 +132,7 @@ def _task_record(db: CandidateDB, name: str, level: int) -> TaskRecord:
     evaluated = db.evaluated(name)
     failed = failed_finals(db, name)
     passed = passed_finals(db, name)
+    finals = {**passed, **failed}
     best = choose_kept(evaluated, failed, passed)
     labels = {r.id: r.label for r in evaluated}
     return TaskRecord(
@@ -138,7 +144,7 @@ def _task_record(db: CandidateDB, name: str, level: int) -> TaskRecord:
         counts=db.counts(name),
         rounds_done=db.rounds_done(name),
         baselines=tuple(
-            (r.label, failed.get(r.id) or passed.get(r.id) or r.result)
+            (r.label, finals.get(r.id) or r.result)
             for r in evaluated
             if r.round == 0 and r.result is not None
         ),

@@ -32,6 +32,7 @@ from cudal1.config import EvalConfig, PoolConfig
 from cudal1.eval.pool_kinds import make_pool
 from cudal1.schema import Candidate, EvalRequest, EvalResult, Severity, Stage, Task, TimingClock
 from cudal1.tasks import TaskError, load_cuda_l1_records
+from cudal1.tasks.shard import Shard, part_of
 
 Record = tuple[Task, Candidate | None]
 # A row's verdict (the module docstring says what each means), in the order reports list them.
@@ -54,7 +55,7 @@ class Selection:
     sample: int | None = None
     seed: int = 0
     limit: int | None = None
-    shard: tuple[int, int] | None = None  # (K, N), 1 <= K <= N
+    shard: Shard | None = None
 
 
 def select_records(records: list[Record], sel: Selection) -> list[tuple[int, Task, Candidate | None]]:
@@ -72,9 +73,7 @@ def select_records(records: list[Record], sel: Selection) -> list[tuple[int, Tas
         chosen = sorted(random.Random(sel.seed).sample(chosen, sel.sample), key=lambda r: r[0])
     if sel.limit is not None:
         chosen = chosen[: sel.limit]
-    if sel.shard is not None:
-        chosen = chosen[sel.shard[0] - 1 :: sel.shard[1]]
-    return chosen
+    return part_of(chosen, sel.shard)
 
 
 @dataclass(frozen=True)
