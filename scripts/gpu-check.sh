@@ -160,12 +160,14 @@ if [[ $what == best-known ]]; then
     --json "$OUT/best-known.json" --markdown "$OUT/best-known.md" 2>&1 | tee "$OUT/best-known-table.log"
   # One archive: the device tool brings back only a few files per call, and a run directory
   # left out would lose the call's progress. Unpack it here into runs/ to resume. A lane's
-  # --shard K/N archives its own part only (the other lanes' are being written beside it).
+  # --shard K/N archives its own part only (the other lanes' are being written beside it), as
+  # best-known-shard-K-of-N.tar.gz.
   part=best-known; prev=
   for arg in "$@"; do
     [[ $prev == --shard ]] && part=best-known/shard-${arg/\//-of-}; [[ $arg == --shard=* ]] && a=${arg#--shard=} && part=best-known/shard-${a/\//-of-}; prev=$arg
   done
-  tar -czf "$OUT/best-known.tar.gz" -C runs "$part"
+  # Its own name a shard, so that two shards run one after the other in a lane keep both.
+  tar -czf "$OUT/$(echo "$part" | tr / -).tar.gz" -C runs "$part"
 fi
 if [[ $what == roundtrip ]]; then
   # roundtrip [VERIFY ARGS]: optimize -> export -> verify on this GPU. The best-known run's kept

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Unpacks what a device call brought back (its files_at folder) into runs/, where the next call
 # resumes from (carry the folders it names): the benchmark's run directory (best-known.tar.gz,
-# whole or one shard a lane), a verify's --json-out report and rows (into runs/verify), the
+# or best-known-shard-K-of-N.tar.gz a shard), a verify's --json-out report and rows (into runs/verify), the
 # learning check's state (learning-check.tar.gz). Lanes' archives (lane-K.tar.gz) are opened
 # first; what is already under runs/ is replaced by the newer copy.
 #
@@ -19,11 +19,12 @@ done
 found=0
 for dir in "$src" "$tmp"/lane-*; do
   [[ -d $dir ]] || continue
-  if [[ -f $dir/best-known.tar.gz ]]; then
-    tar -xzf "$dir/best-known.tar.gz" -C runs
-    echo "runs/$(tar -tzf "$dir/best-known.tar.gz" | head -n 1 | cut -d/ -f1-2) <- ${dir#"$tmp"/}"
+  for bk in "$dir"/best-known*.tar.gz; do
+    [[ -f $bk ]] || continue
+    tar -xzf "$bk" -C runs
+    echo "runs/$(tar -tzf "$bk" | head -n 1 | cut -d/ -f1-2) <- ${dir#"$tmp"/}"
     found=1
-  fi
+  done
   if [[ -f $dir/learning-check.tar.gz ]]; then
     tar -xzf "$dir/learning-check.tar.gz" -C runs
     echo "runs/learning-check <- ${dir#"$tmp"/}"
