@@ -182,8 +182,8 @@ included); 2 for bad input.
                 write_json(json_path, report_json(run))
     print_result(
         fmt,
-        lambda width: Group(render_rows(run.rows, width), render_summary(summarize(run.rows), width)),
-        lambda: render_rows_markdown(run.rows) + "\n" + render_summary_markdown(summarize(run.rows)),
+        lambda width: Group(render_rows(run.rows, width), render_summary(summarize(run.rows, run.results), width)),
+        lambda: render_rows_markdown(run.rows) + "\n" + render_summary_markdown(summarize(run.rows, run.results)),
         lambda: report_json(run),
     )
     if json_path:

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from cudal1.report.clocks import CLOCK_CAPTION, clock_counts, clock_mark, clocks_text
 from cudal1.report.runs import fmt_ms
 from cudal1.report.tables import Cell, Col, TableSpec, to_markdown, to_rich
-from cudal1.schema import CLOCK_WORDS
+from cudal1.run.selection import PARTS, phase_seconds
+from cudal1.schema import CLOCK_WORDS, EvalResult
 from cudal1.search.verify import STATUSES, Row, VerifyRun, VerifyStatus
 
 
@@ -35,26 +37,67 @@ class Summary:
     within_ci: int = 0  # claims inside the measured 95% interval
     # Measured records by the clock that decided their speedup (``Timing.clock``).
     clocks: dict[str, int] = field(default_factory=dict)
+    # The same counts and geomeans per KernelBench level (the paper reports by level).
+    levels: dict[int, LevelSummary] = field(default_factory=dict)
+    # Seconds the evaluations spent, by part (``run.selection.PARTS``: build, first calls,
+    # correctness, timing), summed over the records whose full result the run holds.
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
-def summarize(rows: Iterable[Row]) -> Summary:
+@dataclass
+class LevelSummary:
+    records: int
+    counts: dict[VerifyStatus, int]
+    compared: int
+    claimed_geomean: float | None
+    measured_geomean: float | None
+    ratio_geomean: float | None
+
+
+def summarize(rows: Iterable[Row], results: Mapping[int, EvalResult] | None = None) -> Summary:
+    """The run's summary; ``results`` (the full result by record index, where the run holds
+    them) adds the seconds by part."""
     rows = list(rows)
-    counts = {s: sum(r.status == s for r in rows) for s in STATUSES}
-    pairs = [(r.claimed, r.measured, r) for r in rows if r.status == "verified" and r.claimed and r.measured]
-    claimed = [c for c, _, _ in pairs]
-    measured = [m for _, m, _ in pairs]
-    ratios = [m / c for c, m, _ in pairs]
+    pairs = _pairs(rows)
+    seconds: dict[str, float] = dict.fromkeys(PARTS, 0.0)
+    for result in (results or {}).values():
+        for part, s in phase_seconds(result).items():
+            seconds[part] += s
     return Summary(
         records=len(rows),
-        counts=counts,
+        counts=_counts(rows),
         compared=len(pairs),
-        claimed=_stats(claimed),
-        measured=_stats(measured),
-        ratio_geomean=_geomean(ratios),
+        claimed=_stats([c for c, _, _ in pairs]),
+        measured=_stats([m for _, m, _ in pairs]),
+        ratio_geomean=_geomean([m / c for c, m, _ in pairs]),
         within_ci=sum(
             r.ci_low is not None and r.ci_high is not None and r.ci_low <= c <= r.ci_high for c, _, r in pairs
         ),
         clocks=clock_counts(r.clock for r in rows if r.measured is not None),
+        levels={level: _level(rows, level) for level in sorted({r.level for r in rows})},
+        seconds=seconds if results else {},
+    )
+
+
+def _counts(rows: list[Row]) -> dict[VerifyStatus, int]:
+    return {s: sum(r.status == s for r in rows) for s in STATUSES}
+
+
+def _pairs(rows: list[Row]) -> list[tuple[float, float, Row]]:
+    """(claimed, measured, row) of the verified records with a claim."""
+    return [(r.claimed, r.measured, r) for r in rows if r.status == "verified" and r.claimed and r.measured]
+
+
+def _level(rows: list[Row], level: int) -> LevelSummary:
+    mine = [r for r in rows if r.level == level]
+    pairs = _pairs(mine)
+    return LevelSummary(
+        records=len(mine),
+        counts=_counts(mine),
+        compared=len(pairs),
+        claimed_geomean=_geomean([c for c, _, _ in pairs]),
+        measured_geomean=_geomean([m for _, m, _ in pairs]),
+        ratio_geomean=_geomean([m / c for c, m, _ in pairs]),
     )
 
 
@@ -75,7 +118,7 @@ def report_json(run: VerifyRun) -> dict[str, Any]:
     return {
         "records_file": str(run.records_path),
         **run.meta(),
-        "summary": asdict(summarize(ordered)),
+        "summary": asdict(summarize(ordered, run.results)),
         "rows": [asdict(r) for r in ordered],
         "results": {str(i): run.results[i].to_dict() for i in sorted(run.results)},
     }
@@ -167,12 +210,44 @@ def summary_table(s: Summary) -> TableSpec:
     return TableSpec(f"summary: {s.records} records ({counts})", columns, tuple(rows))
 
 
-def render_summary(s: Summary, width: int = 80) -> Table:
-    return to_rich(summary_table(s), width)
+# Short headings so that every status fits at 80 columns.
+_STATUS_SHORT: dict[VerifyStatus, str] = {
+    "verified": "ver",
+    "rejected": "rej",
+    "incorrect": "inc",
+    "failed": "fail",
+    "untimed": "unt",
+    "evaluator error": "err",
+    "no code": "none",
+    "not run": "nrun",
+}
+
+
+def levels_table(s: Summary) -> TableSpec:
+    """Statuses per level, and each level's measured / claimed geomean over its verified records."""
+    columns = (
+        Col("level", "L", right=True),
+        Col("records", "n", right=True),
+        *(Col(status, _STATUS_SHORT[status], right=True) for status in STATUSES),
+        Col("measured / claimed", "meas/claim", right=True),
+    )
+    rows: list[tuple[Cell, ...]] = [
+        (str(level), str(ls.records), *(str(ls.counts[st]) for st in STATUSES), _x(ls.ratio_geomean))
+        for level, ls in s.levels.items()
+    ]
+    rows.append(("all", str(s.records), *(str(s.counts[st]) for st in STATUSES), _x(s.ratio_geomean)))
+    caption = ""
+    if s.seconds:
+        caption = "seconds by part, all records: " + ", ".join(f"{k} {v:.0f}" for k, v in s.seconds.items())
+    return TableSpec("statuses by level", columns, tuple(rows), caption)
+
+
+def render_summary(s: Summary, width: int = 80) -> Group:
+    return Group(to_rich(summary_table(s), width), to_rich(levels_table(s), width))
 
 
 def render_summary_markdown(s: Summary) -> str:
-    return to_markdown(summary_table(s))
+    return to_markdown(summary_table(s)) + "\n" + to_markdown(levels_table(s))
 
 
 def _x(v: float | None) -> str:
