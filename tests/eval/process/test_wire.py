@@ -96,3 +96,31 @@ def test_a_digest_batch_gives_each_tensor_its_digest_without_running_subclass_ho
     expect = [[digest(x) if isinstance(x, torch.Tensor) else None for x in group] for group in host]
     assert found[:-1] == expect
     assert found[-1] == [digest(lazy.as_subclass(torch.Tensor).cpu())]
+
+
+def test_a_requests_bytes_travel_as_their_own_message_and_come_back_in_place():
+    """A forwarded reply (a candidate's outputs, gigabytes for some tasks) is not copied into the
+    request: the request names it, and it follows as its own message."""
+    import socket
+    from multiprocessing.connection import Connection
+
+    from cudal1.eval.process.wire import receive_message, send_message
+
+    left, right = socket.socketpair()
+    a, b = Connection(left.detach()), Connection(right.detach())
+    reply = encode({"ok": True, "outputs": {"values": [torch.arange(1000, dtype=torch.float32)]}})
+    send_message(a, {"cmd": "compare", "key": "k1", "reply": reply})
+    first = b.recv_bytes()
+    assert len(first) < 200 and decode(first)["__follows__"] == ["reply"]
+    assert b.recv_bytes() == reply  # the reply itself, whole, next
+
+    send_message(a, {"cmd": "compare", "key": "k2", "reply": reply})
+    got = receive_message(b)
+    assert got["key"] == "k2" and got["reply"] == reply and "__follows__" not in got
+    out = decode(got["reply"])["outputs"]["values"][0]
+    out += 1  # decoded tensors own their memory
+    assert torch.equal(out, torch.arange(1000, dtype=torch.float32) + 1)
+
+    a.send_bytes(encode({"cmd": "compare", "__follows__": "reply"}))
+    with pytest.raises(WireError):
+        receive_message(b)

@@ -63,7 +63,7 @@ from typing import Any, Literal, Protocol
 
 from cudal1.eval.process import launch, leftovers, memory
 from cudal1.eval.process.protocol import Command, Role
-from cudal1.eval.process.wire import WireError, decode, encode, header
+from cudal1.eval.process.wire import WireError, decode, encode, header, send_message
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +237,7 @@ class WorkerProcess:
         self.wait_ready()
         self._wake(request=True)
         try:
-            self.conn.send_bytes(encode({"cmd": cmd.value, **args}))
+            send_message(self.conn, {"cmd": cmd.value, **args})
         except OSError as exc:
             raise self._died(f"while sending {cmd.value!r}: {exc}") from None
 

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import json
 import struct
+from multiprocessing.connection import Connection
 from typing import Any
 
 import torch
 
 _MAGIC = b"CL1W"
+# The request key that lists the request's values sent as messages of their own after it.
+_FOLLOWS = "__follows__"
 _DTYPES = {
     str(dt).removeprefix("torch."): dt
     for dt in (
@@ -43,13 +46,37 @@ class WireError(ValueError):
 
 
 def encode(obj: Any) -> bytes:
-    buffers: list[bytes] = []
+    buffers: list[bytes | memoryview] = []
     header = json.dumps(_to_json(obj, buffers), allow_nan=True).encode()
-    parts = [_MAGIC, struct.pack("<II", len(header), len(buffers)), header]
+    parts: list[bytes | memoryview] = [_MAGIC, struct.pack("<II", len(header), len(buffers)), header]
     for buf in buffers:
-        parts.append(struct.pack("<Q", len(buf)))
+        parts.append(struct.pack("<Q", memoryview(buf).nbytes))
         parts.append(buf)
     return b"".join(parts)
+
+
+def send_message(conn: Connection, obj: dict[str, Any]) -> None:
+    """Send a request whose top-level ``bytes`` values (a candidate's reply forwarded whole, which
+    holds its outputs: gigabytes for some tasks) travel as messages of their own after it, so
+    they are neither copied into the request nor out of it again (``receive_message``)."""
+    follows = [k for k, v in obj.items() if isinstance(v, bytes)]
+    head = {k: v for k, v in obj.items() if k not in follows}
+    conn.send_bytes(encode({**head, _FOLLOWS: follows} if follows else head))
+    for key in follows:
+        conn.send_bytes(obj[key])
+
+
+def receive_message(conn: Connection) -> Any:
+    """A message ``send_message`` sent: the request, with its ``bytes`` values read back in.
+    EOFError when the other end closed."""
+    message = decode(conn.recv_bytes())
+    follows = message.pop(_FOLLOWS, None) if isinstance(message, dict) else None
+    if follows is not None:
+        if not isinstance(follows, list) or not all(isinstance(k, str) for k in follows):
+            raise WireError("bad list of following messages")
+        for key in follows:
+            message[key] = conn.recv_bytes()
+    return message
 
 
 def decode(data: bytes) -> Any:
@@ -86,7 +113,7 @@ def header(data: bytes) -> Any:
         raise WireError(f"undecodable message: {type(exc).__name__}: {exc}") from None
 
 
-def _to_json(obj: Any, buffers: list[bytes]) -> Any:
+def _to_json(obj: Any, buffers: list[bytes | memoryview]) -> Any:
     if isinstance(obj, torch.Tensor):
         return _tensor_to_json(obj, buffers)
     if obj is None or isinstance(obj, bool | int | float | str):
@@ -106,7 +133,7 @@ def _to_json(obj: Any, buffers: list[bytes]) -> Any:
     return {"__repr__": type(obj).__name__, "text": repr(obj)[:200]}
 
 
-def _tensor_to_json(t: torch.Tensor, buffers: list[bytes]) -> dict[str, Any]:
+def _tensor_to_json(t: torch.Tensor, buffers: list[bytes | memoryview]) -> dict[str, Any]:
     meta = {
         "__tensor__": len(buffers),
         "dtype": str(t.dtype).removeprefix("torch."),
@@ -118,7 +145,8 @@ def _tensor_to_json(t: torch.Tensor, buffers: list[bytes]) -> dict[str, Any]:
     cpu = plain.to("cpu").contiguous()
     if cpu.is_sparse or cpu.layout != torch.strided:
         cpu = cpu.to_dense()
-    buffers.append(cpu.reshape(-1).view(torch.uint8).numpy().tobytes() if cpu.numel() else b"")
+    # A view of the tensor's own bytes: ``encode`` copies them once, into the message.
+    buffers.append(cpu.reshape(-1).view(torch.uint8).numpy().data if cpu.numel() else b"")
     return meta
 
 
@@ -135,10 +163,11 @@ def _from_json(node: Any, buffers: list[memoryview] | None) -> Any:
         dtype = _DTYPES.get(node["dtype"])
         if dtype is None:
             raise WireError(f"unsupported dtype {node['dtype']!r}")
-        raw = bytes(buffers[int(node["__tensor__"])])
+        raw = buffers[int(node["__tensor__"])]
         shape = [int(s) for s in node["shape"]]
-        if not raw:
+        if not len(raw):
             return torch.empty(shape, dtype=dtype)
+        # One copy, out of the message into memory the tensor owns (and may write).
         return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
     if "__bytes__" in node:
         assert buffers is not None

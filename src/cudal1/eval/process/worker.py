@@ -38,7 +38,7 @@ from cudal1.eval.process import lead, probe_values, state, timer_guard
 from cudal1.eval.process.protocol import Command, Role
 from cudal1.eval.process.threadwatch import ThreadWatch
 from cudal1.eval.process.timed_sample import TimedSampler, sync, to_device
-from cudal1.eval.process.wire import decode, digest, encode, flatten_outputs
+from cudal1.eval.process.wire import digest, encode, flatten_outputs, receive_message
 from cudal1.schema import Task
 from cudal1.tasks.source import import_task_module
 
@@ -376,7 +376,7 @@ def serve(conn: Connection, server: WorkerServer) -> None:
     timer_guard.snapshot(server, handlers, conn)  # before any command: before any candidate code
     while True:
         try:
-            request = decode(conn.recv_bytes())
+            request = receive_message(conn)
         except EOFError:
             return
         name = request.pop("cmd")
