@@ -114,3 +114,16 @@ def test_a_run_with_a_vs_a_states_its_anchors_and_one_without_does_not() -> None
     assert RunSummary.from_dict(summary.to_dict()) == summary
     plain = summarize_run(_run(False, _task("a", 1.0)))
     assert plain.a_vs_a is None and "A-vs-A" not in render_run_markdown(plain)
+
+
+def test_the_line_says_how_many_misses_chance_allows() -> None:
+    """95% intervals of identical code leave 1.0 out of 5% of them: 29/30 is what honest
+    intervals give, and the line says so (at most 4 of 30 by the binomial's 95% quantile)."""
+    from cudal1.report.a_vs_a import chance_misses
+
+    assert (
+        chance_misses(30)
+        == "honest 95% intervals miss 1.0 by chance: 1.5 of 30 on average, at most 4 in 95% of runs"
+    )
+    assert chance_misses(1).endswith("at most 0 in 95% of runs")
+    assert chance_misses(18).endswith("at most 3 in 95% of runs")  # P(X <= 2) = 0.94, P(X <= 3) = 0.99

@@ -14,6 +14,7 @@ render it.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -156,7 +157,25 @@ def a_vs_a_facts(s: AvsASummary) -> str:
         if s.by_evaluator
         else ""
     )
-    return f"{head}; {widths}; {goal}; clock: {clocks_text(s.clocks)}{versions}{tail}"
+    return f"{head}; {widths}; {goal}; clock: {clocks_text(s.clocks)}{versions}{tail}; {chance_misses(n)}"
+
+
+def chance_misses(n: int, level: float = 0.95) -> str:
+    """What honest intervals allow: ``n`` intervals at ``level`` leave the true 1.0 out of
+    ``n (1 - level)`` of them on average, so "every interval contains 1.0" is itself a chance
+    event (0.95^30 = 21% for 30 tasks); the line says how many misses stay within chance (the
+    binomial's ``level`` quantile), so a reader can tell noise from bias."""
+    p = 1 - level
+    cumulative, k = 0.0, 0
+    while k <= n:
+        cumulative += math.comb(n, k) * p**k * (1 - p) ** (n - k)
+        if cumulative >= level:
+            break
+        k += 1
+    return (
+        f"honest {100 * level:.0f}% intervals miss 1.0 by chance: {n * p:.1f} of {n} on average, "
+        f"at most {k} in {100 * level:.0f}% of runs"
+    )
 
 
 def _pct(x: float | None) -> str:
