@@ -27,7 +27,7 @@ elif ls .whl/*.whl >/dev/null 2>&1; then
 else
   export PYTHONPATH=$PWD/src
 fi
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=index,uuid,name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$OUT/gpu.txt"
 what=${1:-all}; shift || true
 rc=0
@@ -70,9 +70,11 @@ if [[ $what == lanes ]]; then
   # reference read 2.2x and 3.3x its own time on plateaus lasting seconds inside one loaded run
   # (18.9, 41.6, 62.2 ms; the candidate beside it the same), as lower SM clocks or other
   # contexts sharing the GPU would make it, and nothing logged which (2026-11-28).
-  nvidia-smi dmon -s pucv -d 1 >"$OUT/dmon.txt" 2>&1 &
+  # Dated lines (-o DT), so that a result's timed window (environment.timed_window) finds its
+  # seconds: python benchmarks/gpu_sharing.py RESULTS --host host.tar.gz --gpus gpu.txt.
+  nvidia-smi dmon -s pucv -d 1 -o DT >"$OUT/dmon.txt" 2>&1 &
   loggers=($!)
-  nvidia-smi pmon -s u -d 1 >"$OUT/pmon.txt" 2>&1 &
+  nvidia-smi pmon -s u -d 1 -o DT >"$OUT/pmon.txt" 2>&1 &
   loggers+=($!)
   (while true; do date +%T; ps -eo pid,ppid,pgid,stat,args | grep -E '[c]udal1|[p]ytest|[b]enchmarks/' | cut -c1-200; sleep 30 & wait $!; done \
      >"$OUT/processes.txt" 2>&1) &

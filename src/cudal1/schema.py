@@ -341,6 +341,12 @@ class Environment:
     seed: int | None = None  # the base of the evaluation's input seeds
     device_s: Mapping[str, float] = field(default_factory=dict)  # seconds per ``DevicePhase``
     workers_paused_while_timed: int | None = None  # by the quiet window (``eval/quiet.py``)
+    # When and where the paired samples ran: wall-clock ``start`` and ``end`` (epoch seconds),
+    # the timed pair's ``pids`` (reference, candidate) and the device's ``gpu_uuid``, so that a
+    # per-second log of the GPUs (``nvidia-smi dmon``/``pmon``, as the GPU check's lanes keep)
+    # can tell which other processes used the device, and at what clock, while it was timed
+    # (``benchmarks/gpu_sharing.py``).
+    timed_window: Mapping[str, Any] = field(default_factory=dict)
     # The reference's samples right after the candidate ran against its clean ones (sizes,
     # medians, slowdown, p; ``eval/checks/interference.py``), whether or not it made a finding.
     reference_disturbance: Mapping[str, Any] = field(default_factory=dict)

@@ -106,3 +106,22 @@ def test_a_reference_not_finite_on_redrawn_weights_is_timed_at_the_defaults(cfg)
     skipped = next(f for f in result.findings if f.code == "probe_skipped")
     assert skipped.severity is Severity.INFO and "timed at the default weights" in skipped.message
     assert "timed at the default weights" in result.environment.probes["default_weights"]["skipped"]
+
+
+def test_the_timed_window_says_when_and_which_processes_were_timed(cfg, tmp_path):
+    """Wall-clock start and end of the paired samples and the pair's pids: what a per-second log
+    of the GPUs is joined on (benchmarks/gpu_sharing.py)."""
+    import os
+    import time
+
+    before = time.time()
+    result = evaluate(GATED, GATE_LOGGER.replace("LOG", repr(str(tmp_path / "calls.log"))), cfg)
+    after = time.time()
+    assert result.ok, result.error
+    window = result.environment.timed_window
+    assert before < window["start"] <= window["end"] < after
+    ref_pid, cand_pid = window["pids"]
+    assert ref_pid != cand_pid and os.getpid() not in (ref_pid, cand_pid)
+    assert window["gpu_uuid"] is None  # on the CPU
+    again = type(result).from_dict(result.to_dict()).environment.timed_window
+    assert again == window

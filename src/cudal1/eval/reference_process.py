@@ -80,6 +80,7 @@ class ReferenceServer(WorkerServer):
             "l2_bytes": int(getattr(props, "L2_cache_size", 0)),
             "memory_bytes": int(props.total_memory),
             "sms": props.multi_processor_count,
+            "uuid": str(getattr(props, "uuid", "") or "") or None,  # as nvidia-smi names it, less "GPU-"
         }
 
     def load_task(

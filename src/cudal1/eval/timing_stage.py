@@ -18,6 +18,7 @@ quiet window (``eval/quiet.py``) that stops the pool's other workers while the p
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -90,6 +91,7 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
 
     with record.phase("sampling"), quiet() as paused:
         record.note(workers_paused_while_timed=paused)
+        start = time.time()
         outcome = measure_paired(
             WorkerEndpoint(pair.ref.process),
             WorkerEndpoint(cand),
@@ -97,6 +99,14 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
             check,
             SampleInputs(seeds.next, agree),
             rng=random.Random(seeds.next()),
+        )
+        record.note(
+            timed_window={
+                "start": round(start, 3),
+                "end": round(time.time(), 3),
+                "pids": [pair.ref.process.pid, cand.pid],
+                "gpu_uuid": pair.ref.device_info.get("uuid"),
+            }
         )
     record.timing, findings = timing_verdict(outcome, pair.device, cfg.clock_disagreement)
     record.findings.extend(findings)

@@ -406,6 +406,10 @@ class WorkerProcess:
     def alive(self) -> bool:
         return not self.closed and self.proc.poll() is None
 
+    @property
+    def pid(self) -> int:
+        return int(self.proc.pid)
+
     def outside_group(self) -> list[int]:
         """Processes the worker started that left its process group: neither ``suspend`` nor the
         group's kill reaches them (``processes_outside_group``)."""

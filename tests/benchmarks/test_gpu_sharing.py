@@ -1,0 +1,65 @@
+"""benchmarks/gpu_sharing.py: a result's timed window joined with the GPUs' per-second log (dated
+``nvidia-smi dmon``/``pmon`` lines, as the GPU check's lanes keep them)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from candidate_fixtures import make_result
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from gpu_sharing import main  # noqa: E402
+
+from cudal1.schema import Environment  # noqa: E402
+
+T0 = datetime(2026, 11, 28, 9, 1, 30, tzinfo=UTC).timestamp()
+UUID = "aaaa-1111"
+DMON = """\
+#Date       Time        gpu    pwr  gtemp  mtemp     sm    mem    enc    dec    jpg    ofa   mclk   pclk  pviol  tviol
+#YYYYMMDD   HH:MM:SS    Idx      W      C      C      %      %      %      %      %      %    MHz    MHz      %   bool
+{rows}"""
+PMON = """\
+#Date       Time        gpu         pid   type     sm    mem    enc    dec    jpg    ofa    command
+#YYYYMMDD   HH:MM:SS    Idx           #    C/G      %      %      %      %      %      %    name
+{rows}"""
+
+
+def _dmon(second: int, gpu: int, sm: int, clock: int) -> str:
+    return f"20261128   09:01:{second:02d}    {gpu}     300     40     40    {sm}      5      0      0      0      0   3201   {clock}      0      0"
+
+
+def _pmon(second: int, gpu: int, pid: int, sm: int) -> str:
+    return f"20261128   09:01:{second:02d}    {gpu}     {pid}     C     {sm}      0      -      -      -      -    python3"
+
+
+def test_other_processes_and_low_clocks_in_a_timed_window_are_found(tmp_path: Path, capsys) -> None:
+    rows = tmp_path / "p1.rows.jsonl"
+    lines = []
+    for i, (task, start, pids) in enumerate((("L1_1", T0, [10, 11]), ("L1_2", T0 + 10, [20, 21]))):
+        env = Environment(timed_window={"start": start, "end": start + 3.4, "pids": pids, "gpu_uuid": UUID})
+        result = dataclasses.replace(make_result(task, "class ModelNew: ...", 1.0), environment=env)
+        lines.append(json.dumps({"row": {"index": i, "task": task}, "result": result.to_dict()}))
+    rows.write_text("\n".join(lines) + "\n")
+    host = tmp_path / "host"
+    host.mkdir()
+    # GPU 1 is the timed one (its uuid); GPU 0's busy seconds are another lane's.
+    dmon = [_dmon(s, 1, 50, 1980 if s < 40 else 1500) for s in range(28, 46)]
+    dmon += [_dmon(s, 0, 90, 900) for s in range(28, 46)]
+    pmon = [_pmon(31, 1, 10, 40), _pmon(32, 1, 11, 40), _pmon(32, 1, 99, 30), _pmon(31, 0, 77, 90)]
+    pmon += [_pmon(41, 1, 20, 40), _pmon(42, 1, 21, 40)]
+    (host / "dmon.txt").write_text(DMON.format(rows="\n".join(dmon)))
+    (host / "pmon.txt").write_text(PMON.format(rows="\n".join(pmon)))
+    gpus = tmp_path / "gpu.txt"
+    gpus.write_text("index, uuid, name\n0, GPU-bbbb-2222, NVIDIA H200\n1, GPU-aaaa-1111, NVIDIA H200\n")
+    assert main([str(rows), "--host", str(host), "--gpus", str(gpus), "--all"]) == 0
+    out = capsys.readouterr().out
+    # The first window (09:01:30-33) saw pid 99 beside its pair, at the top clock; the second
+    # (09:01:40-43) saw only its pair, at 1500 MHz; GPU 0's pid 77 belongs to neither.
+    assert "99 (30)" in out and "77" not in out and "1500-1500" in out
+    assert "2 timed windows, 2 inside the log; other processes on the GPU in 1; SM clock below its top" in out
+    assert "(1980 MHz) in 1" in out
