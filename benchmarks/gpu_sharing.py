@@ -14,7 +14,8 @@ window, the GPU's SM clock range and violations over its seconds, and the proces
 pair that used the GPU's SMs then (a process the quiet window should have stopped, another
 evaluation's leftover work, another lane's process on the wrong GPU).
 
-RESULTS: verify rows files (``*.rows.jsonl``) or run directories (any ``candidates.db`` below).
+RESULTS: verify rows files (``*.rows.jsonl``) or run directories (any ``candidates.db`` below; a
+run's final re-measurements, kept apart from its candidates, are not read).
 The logs' dates are the GPU machine's local time: ``--utc-offset-h`` if it is not UTC. Prints a
 table of the windows where something else ran or the clock was below its top (``--all``: every
 window) and a summary line.
@@ -27,9 +28,11 @@ import csv
 import io
 import json
 import os
+import sqlite3
 import sys
 import tarfile
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -40,7 +43,6 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from cudal1.run.database import CandidateDB  # noqa: E402
 from cudal1.schema import EvalResult  # noqa: E402
 
 
@@ -104,13 +106,19 @@ def gpu_indices(text: str) -> dict[str, int]:
 
 def load_logs(host: Path) -> tuple[str, str]:
     """dmon and pmon logs from a lanes call's ``host.tar.gz`` or a folder holding them."""
+    texts = dict.fromkeys(("dmon.txt", "pmon.txt"), "")  # a log the call did not keep stays empty
     if host.is_dir():
-        return (host / "dmon.txt").read_text(), (host / "pmon.txt").read_text()
-    with tarfile.open(host) as tar:
-        texts = {}
-        for name in ("dmon.txt", "pmon.txt"):
-            member = tar.extractfile(name)
-            texts[name] = member.read().decode() if member else ""
+        for name in texts:
+            if (host / name).is_file():
+                texts[name] = (host / name).read_text()
+    else:
+        with tarfile.open(host) as tar:
+            for name in texts:
+                try:
+                    member = tar.extractfile(name)
+                except KeyError:
+                    continue
+                texts[name] = member.read().decode() if member else ""
     return texts["dmon.txt"], texts["pmon.txt"]
 
 
@@ -123,13 +131,11 @@ def windows(paths: list[Path]) -> Iterator[Window]:
                     yield from _window(EvalResult.from_dict(data["result"]), str(data["row"].get("task")), "")
             continue
         for db_path in sorted(path.rglob("candidates.db")):
-            with CandidateDB(db_path) as db:
-                for task in db.tasks():
-                    for row in db.evaluated(task):
-                        if row.result_json:
-                            yield from _window(
-                                EvalResult.from_dict(json.loads(row.result_json)), task, row.label
-                            )
+            # Read-only: an analysis must not migrate or lock a run's database.
+            with closing(sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)) as db:
+                query = "SELECT task, label, result FROM candidates WHERE result IS NOT NULL"
+                for task, label, result in db.execute(query):
+                    yield from _window(EvalResult.from_dict(json.loads(result)), task, label)
 
 
 def _window(result: EvalResult, task: str, label: str) -> Iterator[Window]:

@@ -9,16 +9,19 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from candidate_fixtures import make_result
+from candidate_fixtures import GEMM_TASK, make_result
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 from gpu_sharing import main  # noqa: E402
 
-from cudal1.schema import Environment  # noqa: E402
+from cudal1.run.database import CandidateDB  # noqa: E402
+from cudal1.run.rows import Provenance  # noqa: E402
+from cudal1.schema import Environment, Task  # noqa: E402
 
 T0 = datetime(2026, 11, 28, 9, 1, 30, tzinfo=UTC).timestamp()
 UUID = "aaaa-1111"
+SOURCE = "class ModelNew: X = 1\n"
 DMON = """\
 #Date       Time        gpu    pwr  gtemp  mtemp     sm    mem    enc    dec    jpg    ofa   mclk   pclk  pviol  tviol
 #YYYYMMDD   HH:MM:SS    Idx      W      C      C      %      %      %      %      %      %    MHz    MHz      %   bool
@@ -38,13 +41,18 @@ def _pmon(second: int, gpu: int, pid: int, sm: int) -> str:
 
 
 def test_other_processes_and_low_clocks_in_a_timed_window_are_found(tmp_path: Path, capsys) -> None:
-    rows = tmp_path / "p1.rows.jsonl"
-    lines = []
-    for i, (task, start, pids) in enumerate((("L1_1", T0, [10, 11]), ("L1_2", T0 + 10, [20, 21]))):
+    rows = tmp_path / "p1.rows.jsonl"  # the first window from a verify's rows, the second from a run
+    windows = []
+    for task, start, pids in (("L1_1", T0, [10, 11]), ("L1_2", T0 + 10, [20, 21])):
         env = Environment(timed_window={"start": start, "end": start + 3.4, "pids": pids, "gpu_uuid": UUID})
-        result = dataclasses.replace(make_result(task, "class ModelNew: ...", 1.0), environment=env)
-        lines.append(json.dumps({"row": {"index": i, "task": task}, "result": result.to_dict()}))
-    rows.write_text("\n".join(lines) + "\n")
+        windows.append(dataclasses.replace(make_result(task, SOURCE, 1.0), environment=env))
+    rows.write_text(json.dumps({"row": {"index": 0, "task": "L1_1"}, "result": windows[0].to_dict()}) + "\n")
+    run = tmp_path / "run"
+    with CandidateDB(run / "optimize" / "candidates.db") as db:
+        task = Task("L1_2", GEMM_TASK.source)
+        db.record_result(
+            db.add_candidate(task, SOURCE, Provenance(), label="s0"), windows[1]
+        )
     host = tmp_path / "host"
     host.mkdir()
     # GPU 1 is the timed one (its uuid); GPU 0's busy seconds are another lane's.
@@ -56,7 +64,7 @@ def test_other_processes_and_low_clocks_in_a_timed_window_are_found(tmp_path: Pa
     (host / "pmon.txt").write_text(PMON.format(rows="\n".join(pmon)))
     gpus = tmp_path / "gpu.txt"
     gpus.write_text("index, uuid, name\n0, GPU-bbbb-2222, NVIDIA H200\n1, GPU-aaaa-1111, NVIDIA H200\n")
-    assert main([str(rows), "--host", str(host), "--gpus", str(gpus), "--all"]) == 0
+    assert main([str(rows), str(run), "--host", str(host), "--gpus", str(gpus), "--all"]) == 0
     out = capsys.readouterr().out
     # The first window (09:01:30-33) saw pid 99 beside its pair, at the top clock; the second
     # (09:01:40-43) saw only its pair, at 1500 MHz; GPU 0's pid 77 belongs to neither.

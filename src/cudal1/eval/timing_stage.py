@@ -92,22 +92,24 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
     with record.phase("sampling"), quiet() as paused:
         record.note(workers_paused_while_timed=paused)
         start = time.time()
-        outcome = measure_paired(
-            WorkerEndpoint(pair.ref.process),
-            WorkerEndpoint(cand),
-            cfg,
-            check,
-            SampleInputs(seeds.next, agree),
-            rng=random.Random(seeds.next()),
-        )
-        record.note(
-            timed_window={
-                "start": round(start, 3),
-                "end": round(time.time(), 3),
-                "pids": [pair.ref.process.pid, cand.pid],
-                "gpu_uuid": pair.ref.device_info.get("uuid"),
-            }
-        )
+        try:
+            outcome = measure_paired(
+                WorkerEndpoint(pair.ref.process),
+                WorkerEndpoint(cand),
+                cfg,
+                check,
+                SampleInputs(seeds.next, agree),
+                rng=random.Random(seeds.next()),
+            )
+        finally:  # a sampling cut short by a failure was timed too
+            record.note(
+                timed_window={
+                    "start": round(start, 3),
+                    "end": round(time.time(), 3),
+                    "pids": [pair.ref.process.pid, cand.pid],
+                    "gpu_uuid": pair.ref.device_info.get("uuid"),
+                }
+            )
     record.timing, findings = timing_verdict(outcome, pair.device, cfg.clock_disagreement)
     record.findings.extend(findings)
     if all(f.code != "reduced_precision" for f in record.findings):

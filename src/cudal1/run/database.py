@@ -264,11 +264,6 @@ class CandidateDB:
             "SELECT * FROM candidates WHERE status = 'pending' AND task = ? ORDER BY id", (task,)
         )
 
-    def tasks(self) -> list[str]:
-        """Every task with a candidate, by name."""
-        with self._lock:
-            return [r[0] for r in self._conn.execute("SELECT DISTINCT task FROM candidates ORDER BY task")]
-
     def evaluated(self, task: str) -> list[CandidateRow]:
         return self._query(
             "SELECT * FROM candidates WHERE task = ? AND status = 'evaluated' ORDER BY id", (task,)

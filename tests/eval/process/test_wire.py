@@ -124,3 +124,31 @@ def test_a_requests_bytes_travel_as_their_own_message_and_come_back_in_place():
     a.send_bytes(encode({"cmd": "compare", "__follows__": "reply"}))
     with pytest.raises(WireError):
         receive_message(b)
+
+
+def test_a_tensor_is_filled_only_from_the_senders_bytes():
+    """A reply whose tensor has fewer bytes than its shape needs (an empty buffer above all, which
+    used to decode as uninitialised memory, whatever the heap held), a buffer that runs past the
+    message, bytes after it, or a buffer index out of range: each is refused, not decoded."""
+    import json
+    import struct
+
+    def message(meta, payload=b"", blen=None, tail=b""):
+        head = json.dumps(meta).encode()
+        n = len(payload) if blen is None else blen
+        return b"CL1W" + struct.pack("<II", len(head), 1) + head + struct.pack("<Q", n) + payload + tail
+
+    good = {"__tensor__": 0, "dtype": "float32", "shape": [2], "device": "cpu", "type": "Tensor"}
+    assert torch.equal(decode(message(good, torch.ones(2).numpy().tobytes())), torch.ones(2))
+    for bad in (
+        message({**good, "shape": [8]}),  # no bytes at all for 8 floats
+        message(good, b"\x00" * 4),  # half of them
+        message({**good, "shape": [-2]}, b"\x00" * 8),
+        message(good, b"\x00" * 8, blen=64),  # a length past the end
+        message(good, b"\x00" * 8, tail=b"extra"),
+        message({**good, "__tensor__": -1}, b"\x00" * 8),
+        message({"__bytes__": 3}, b"abc"),
+    ):
+        with pytest.raises(WireError):
+            decode(bad)
+    assert decode(encode({"e": torch.empty(0, 3)}))["e"].shape == (0, 3)  # empty with no bytes: fine

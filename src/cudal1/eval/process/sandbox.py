@@ -240,6 +240,11 @@ class WorkerProcess:
             send_message(self.conn, {"cmd": cmd.value, **args})
         except OSError as exc:
             raise self._died(f"while sending {cmd.value!r}: {exc}") from None
+        except BaseException:
+            # Cut off part-way (an interrupt between a request and a message that follows it):
+            # the worker would read the next request as the rest of this one.
+            self.kill()
+            raise
 
     def receive(self, cmd: Command, timeout: float | None = None) -> dict[str, Any]:
         reply = self._receive(timeout if timeout is not None else self.config.call_timeout_s, cmd)

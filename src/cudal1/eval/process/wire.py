@@ -13,6 +13,7 @@ batched kernels and read back at once.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from multiprocessing.connection import Connection
 from typing import Any
@@ -91,8 +92,12 @@ def decode(data: bytes) -> Any:
         for _ in range(nbuf):
             (blen,) = struct.unpack_from("<Q", data, pos)
             pos += 8
+            if pos + blen > len(data):
+                raise WireError("a buffer runs past the message's end")
             buffers.append(memoryview(data)[pos : pos + blen])
             pos += blen
+        if pos != len(data):
+            raise WireError("bytes after the message's last buffer")
         return _from_json(header, buffers)
     except WireError:
         raise
@@ -163,15 +168,19 @@ def _from_json(node: Any, buffers: list[memoryview] | None) -> Any:
         dtype = _DTYPES.get(node["dtype"])
         if dtype is None:
             raise WireError(f"unsupported dtype {node['dtype']!r}")
-        raw = buffers[int(node["__tensor__"])]
+        raw = _buffer(buffers, node["__tensor__"])
         shape = [int(s) for s in node["shape"]]
+        if any(s < 0 for s in shape) or len(raw) != math.prod(shape) * _itemsize(dtype):
+            # Never filled from anything but the sender's bytes: a tensor whose buffer is short
+            # (an empty one with a shape above all) would hold whatever the heap held.
+            raise WireError(f"a {node['dtype']} tensor of shape {shape} with {len(raw)} bytes")
         if not len(raw):
             return torch.empty(shape, dtype=dtype)
         # One copy, out of the message into memory the tensor owns (and may write).
         return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
     if "__bytes__" in node:
         assert buffers is not None
-        return bytes(buffers[int(node["__bytes__"])])
+        return bytes(_buffer(buffers, node["__bytes__"]))
     if "__seq__" in node:
         items = [_from_json(x, buffers) for x in node["items"]]
         return tuple(items) if node["__seq__"] == "tuple" else items
@@ -182,6 +191,17 @@ def _from_json(node: Any, buffers: list[memoryview] | None) -> Any:
     if "__repr__" in node:
         return {"unsupported": node["__repr__"], "text": node.get("text", "")}
     raise WireError("unknown node")
+
+
+def _buffer(buffers: list[memoryview], index: Any) -> memoryview:
+    i = int(index)
+    if not 0 <= i < len(buffers):
+        raise WireError(f"no buffer {i}")
+    return buffers[i]
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
 
 
 _INT_BY_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
