@@ -16,7 +16,7 @@ and forward (``wire.send_message``: the reply as its own message), and the refer
 and decode. ``--joined`` forwards the reply inside the request instead (one message, one more copy
 each side), as requests were sent before 2026-11-28; the encode and decode are the current ones
 either way, so the code before that change is measured by running this file at its commit
-(``bf419c4``: 1 GiB took 11.1 s there on a 2-core CPU, 8.0 s at ``4f0c822``). Prints a table; CPU
+(``bf419c4``: 1 GiB took 9.2 s there on a 2-core CPU, 4.6 s at ``31efa18``). Prints a table; CPU
 only (no GPU is involved).
 """
 
