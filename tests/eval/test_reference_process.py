@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from cudal1.eval import reference_process
 from cudal1.eval.process.protocol import Command, Role
-from cudal1.eval.reference_process import ReferenceServer
+from cudal1.eval.process.wire import WireError, encode
+from cudal1.eval.reference_process import ReferenceServer, candidate_outputs
 
 
 def test_reference_work_is_counted_once_per_signature(monkeypatch):
@@ -45,3 +47,21 @@ def test_a_promoted_slot_replaces_the_main_model_and_its_float64_twin():
     server.promote("weights")
     assert server.model is redrawn and server.model64 is redrawn64
     assert not server.slots and not server.slots64 and not server.twins
+
+
+def test_a_candidates_reply_that_does_not_decode_is_its_wrong_answer():
+    """The forwarded reply is the candidate's bytes: one that does not decode, or lacks a type and
+    a device per value, is refused by ``candidate_outputs`` (the compare then fails the candidate)
+    rather than failing the reference worker, which the evaluator would take for its own fault."""
+    t = torch.ones(3)
+    good = {"values": [t], "types": ["torch.Tensor"], "devices": ["cpu"], "structure": "Tensor"}
+    assert torch.equal(candidate_outputs(encode({"ok": True, "outputs": good}))["values"][0], t)
+    for bad, error in (
+        (b"CL1W" + b"\x00" * 8, WireError),
+        (encode({"ok": True}), KeyError),
+        (encode({"ok": True, "outputs": {**good, "types": []}}), ValueError),
+        (encode({"ok": True, "outputs": {**good, "devices": [7]}}), ValueError),
+        (encode({"ok": True, "outputs": {**good, "values": {"a": 1}}}), TypeError),
+    ):
+        with pytest.raises(error):
+            candidate_outputs(bad)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import secrets
 from types import SimpleNamespace
 from typing import Any
@@ -31,15 +32,27 @@ from typing import Any
 import torch
 
 from cudal1.eval.checks.allowance import OPERATIONS, Allowance, calibrate
-from cudal1.eval.checks.compare import compare_outputs, precision_ratio
+from cudal1.eval.checks.compare import Comparison, compare_outputs, precision_ratio
 from cudal1.eval.process.model_state import stateful_attributes
 from cudal1.eval.process.protocol import Command, Role
 from cudal1.eval.process.timed_sample import release, sync, to_device
-from cudal1.eval.process.wire import decode, digest, flatten_outputs
+from cudal1.eval.process.wire import WireError, decode, digest, flatten_outputs
 from cudal1.eval.process.worker import Handler, WorkerServer, describe, digests, main
 from cudal1.eval.timing.speed_of_light import count_work, load_or_measure_peaks
 
 ENTRY = "cudal1.eval.reference_process"
+
+
+def candidate_outputs(reply: bytes) -> dict[str, Any]:
+    """A candidate's forwarded reply's outputs (``worker.describe``'s form), checked for the parts
+    ``compare_outputs`` reads: a list of values with a type and a device each."""
+    outputs = decode(reply)["outputs"]
+    values, types, devices = outputs["values"], outputs["types"], outputs["devices"]
+    if not (isinstance(values, list) and isinstance(types, list) and isinstance(devices, list)):
+        raise TypeError("values, types and devices must be lists")
+    if not len(values) == len(types) == len(devices) or not all(isinstance(x, str) for x in types + devices):
+        raise ValueError("a type and a device for every value")
+    return dict(outputs)
 
 
 class ReferenceServer(WorkerServer):
@@ -210,7 +223,21 @@ class ReferenceServer(WorkerServer):
         after it (the timing memory picture stays), runs on that call's inputs, so a timed
         output's precision is judged as the correctness sets' were; without one the allowed room
         doubles, for the fp32 reference's own error."""
-        cand = decode(reply)["outputs"]
+        try:
+            cand = candidate_outputs(reply)
+        except (WireError, KeyError, TypeError, ValueError, IndexError) as exc:
+            # The candidate's own bytes: its wrong answer, never this worker's failure (which
+            # the evaluator would read as its own, and a message naming a resource as a lack of
+            # one). Nothing of the reply's text is repeated.
+            failed = Comparison(
+                False,
+                math.nan,
+                math.nan,
+                1.0,
+                "reference",
+                f"its outputs do not decode ({type(exc).__name__})",
+            )
+            return {"comparison": dataclasses.asdict(failed), "digests": []}
         cand["values"] = [to_device(v, self.device) for v in cand["values"]]
         cand_digests = [digest(v) if isinstance(v, torch.Tensor) else None for v in cand["values"]]
         ref: dict[str, Any] | None
