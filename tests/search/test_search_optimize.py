@@ -471,7 +471,7 @@ def test_the_summary_says_which_variant_failed_its_final(
     run.path.mkdir()
     summary = summarize_run(records_module.read_run(run, db, fast_config(tmp_path)))
     db.close()
-    line = f"{GELU.name}: fast: correctness exploded at line 3"
+    line = f"{GELU.name}: fast: correctness stage: correctness exploded at line 3"
     assert summary.tasks[0].best_label == "slow" and summary.tasks[0].failed_finals == (
         ("fast", line.split(": ", 2)[2]),
     )

@@ -24,7 +24,7 @@ from cudal1.run.directory import (
     stored_tasks,
 )
 from cudal1.run.rows import CandidateRow, TaskCounts
-from cudal1.run.selection import beats_reference, choose_kept
+from cudal1.run.selection import beats_reference, choose_kept, why_not_ok
 from cudal1.run.throughput import Throughput, run_throughput
 from cudal1.schema import EvalResult
 
@@ -149,6 +149,6 @@ def _task_record(db: CandidateDB, name: str, level: int) -> TaskRecord:
             if r.round == 0 and r.result is not None
         ),
         failed_finals=tuple(
-            (labels.get(i, str(i)), result.error or "not ok") for i, result in failed.items()
+            (labels.get(i, str(i)), why_not_ok(result)) for i, result in failed.items()
         ),
     )

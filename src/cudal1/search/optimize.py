@@ -50,7 +50,7 @@ from cudal1.run.directory import (
 from cudal1.run.events import ProgressCallback, RunDone, RunStarted, TaskFinal, TaskPlan
 from cudal1.run.records import RunRecord, read_run
 from cudal1.run.rows import CandidateRow
-from cudal1.run.selection import challenger, choose_kept
+from cudal1.run.selection import challenger, choose_kept, why_not_ok
 from cudal1.schema import EvalRequest, EvalResult, Task
 from cudal1.search.budget import Budget
 from cudal1.search.contrastive import ContrastivePlan, Search
@@ -256,7 +256,7 @@ def _record_one_final(db: CandidateDB, row: CandidateRow, result: EvalResult) ->
     """Store a final re-evaluation; True when it is the task's final. A candidate that failed it
     is not kept (the next fastest is due); an evaluator failure is stored as nothing: the trusted
     side's failure never counts against the candidate, whose final is tried again."""
-    outcome = f"{result.speedup:.3f}x" if result.ok else result.error or "not ok"
+    outcome = f"{result.speedup:.3f}x" if result.ok else why_not_ok(result)
     if result.evaluator_error:
         log.warning("%s final: %s: the evaluator failed (%s); tried again", row.task, row.label, outcome)
         return False
