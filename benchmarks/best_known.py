@@ -317,12 +317,6 @@ def parse_shard(value: str) -> Shard:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def shard_of(drawn: Sequence[tuple[Task, Candidate]], shard: Shard | None) -> list[tuple[Task, Candidate]]:
-    """The K-th of N parts of the draw (the draw is sorted by level, so each part gets tasks of
-    every level); all of it without ``shard``."""
-    return part_of(drawn, shard)
-
-
 def bench_parts(bench: Path) -> list[Path]:
     """The benchmark's directories: ``bench`` itself, or its shards where it was run in parts."""
     shards = sorted(d for d in bench.glob(SHARD_GLOB) if (d / "optimize").exists())
@@ -687,7 +681,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         wall = WallLog(bench / WALL_FILE, fresh=not args.resume)
         if not (args.resume and tasks_file.exists()):
             drawn = draw(load_cuda_l1_records(args.records), args.per_level, args.seed)
-            drawn = shard_of(drawn, args.shard)
+            drawn = part_of(drawn, args.shard)  # the draw is sorted by level: each part gets every level
             write_records(drawn, tasks_file, args.records)
             print(f"drew {len(drawn)} tasks with seed {args.seed}: {', '.join(t.name for t, _ in drawn)}")
         rc = run_optimize(args, tasks_file, run, wall)

@@ -20,7 +20,6 @@ from best_known import (  # noqa: E402
     draw,
     main,
     parse_shard,
-    shard_of,
     summarize,
     throughput_facts,
 )
@@ -32,6 +31,7 @@ from cudal1.run.directory import RunDirectory, add_wall_time, start_session  # n
 from cudal1.run.records import TaskRecord  # noqa: E402
 from cudal1.run.rows import Provenance  # noqa: E402
 from cudal1.schema import Candidate, Task  # noqa: E402
+from cudal1.tasks.shard import part_of  # noqa: E402
 
 
 def _store(db, label, speedup, backend="baseline", origin="", base_id=None, **kw):
@@ -285,11 +285,11 @@ def test_the_report_counts_a_killed_calls_time_in_table_and_json(tmp_path, capsy
 def test_the_shards_of_a_draw_cover_it_once_with_every_level_in_each():
     tasks = [Task(f"L{level}_{i}", f"src {level} {i}", level=level) for level in (1, 2, 3) for i in range(4)]
     drawn = [(t, Candidate(t.name, "k")) for t in tasks]
-    parts = [shard_of(drawn, (k, 3)) for k in (1, 2, 3)]
+    parts = [part_of(drawn, (k, 3)) for k in (1, 2, 3)]
     names = [t.name for part in parts for t, _ in part]
     assert sorted(names) == sorted(t.name for t in tasks) and len(set(names)) == len(names)
     assert all({t.level for t, _ in part} == {1, 2, 3} for part in parts)
-    assert shard_of(drawn, None) == drawn
+    assert part_of(drawn, None) == drawn
     assert parse_shard("2/4") == (2, 4)
     for bad in ("0/4", "5/4", "2", "a/b"):
         with pytest.raises(Exception, match="K"):

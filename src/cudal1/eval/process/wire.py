@@ -170,7 +170,7 @@ def _from_json(node: Any, buffers: list[memoryview] | None) -> Any:
             raise WireError(f"unsupported dtype {node['dtype']!r}")
         raw = _buffer(buffers, node["__tensor__"])
         shape = [int(s) for s in node["shape"]]
-        if any(s < 0 for s in shape) or len(raw) != math.prod(shape) * _itemsize(dtype):
+        if any(s < 0 for s in shape) or len(raw) != math.prod(shape) * dtype.itemsize:
             # Never filled from anything but the sender's bytes: a tensor whose buffer is short
             # (an empty one with a shape above all) would hold whatever the heap held.
             raise WireError(f"a {node['dtype']} tensor of shape {shape} with {len(raw)} bytes")
@@ -198,10 +198,6 @@ def _buffer(buffers: list[memoryview], index: Any) -> memoryview:
     if not 0 <= i < len(buffers):
         raise WireError(f"no buffer {i}")
     return buffers[i]
-
-
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
 
 
 _INT_BY_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
