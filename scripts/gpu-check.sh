@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool): installs carried wheels (bash scripts/gpu-wheels.sh fetches
 # them here into .whl; carry .whl), runs the GPU tests and the
-# benchmarks, and writes logs under $OUT. Usage: bash scripts/gpu-check.sh [tests|bench|all|asymmetry|optimize|verify|best-known|roundtrip|train|lanes] [ARGS...]
+# benchmarks, and writes logs under $OUT. Usage: bash scripts/gpu-check.sh [tests|bench|all|asymmetry|placement|optimize|verify|best-known|roundtrip|train|lanes] [ARGS...]
 # tests [PYTEST ARGS]: the GPU tests; they take longer than one 10-minute call (H100, 2026-11-26),
 # so run them in two calls: tests --shard 1/2, then tests --shard 2/2; or, on a machine of two
 # GPUs or more, in one: lanes '0:tests --shard 1/2' '1:tests --shard 2/2'. The tests that need
@@ -125,6 +125,11 @@ fi
 if [[ $what == asymmetry ]]; then
   # asymmetry [ARGS]: benchmarks/pair_asymmetry.py (issue 22: which kind of worker times slower).
   COLUMNS=${COLUMNS:-160} python3 benchmarks/pair_asymmetry.py "$@" 2>&1 | tee "$OUT/asymmetry.log"
+  rc=${PIPESTATUS[0]}
+fi
+if [[ $what == placement ]]; then
+  # placement [ARGS]: benchmarks/placement.py (issue 22: is the per-process bias where memory lies?).
+  COLUMNS=${COLUMNS:-120} python3 benchmarks/placement.py --json "$OUT/placement.json" "$@" 2>&1 | tee "$OUT/placement.log"
   rc=${PIPESTATUS[0]}
 fi
 if [[ $what == optimize ]]; then

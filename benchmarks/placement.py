@@ -1,0 +1,203 @@
+"""Is the A-vs-A bias a matter of where a process's memory lies? Identical code, one process,
+several placements.
+
+    python benchmarks/placement.py [--tasks lb_mlp3 2_conv_block 1_gemm] [--clones 4] [--processes 3]
+    python benchmarks/placement.py --device cpu --tasks 3_softmax --samples 20   # a smoke test
+
+``pair_asymmetry.py`` found that two fresh worker processes running the same code time apart by
+up to 5% on the launch-bound ``lb_mlp3`` (H200), steadily for their whole lives. Two kinds of
+cause fit that: what lies where in memory (each process's weights, inputs and activations sit at
+its own addresses, and the caching allocator hands the same blocks back every call), or something
+of the process itself (its CUDA context, its launch queue). This script separates them. Each
+fresh process (``--processes``, one after the other) builds the task's model once and copies it
+``--clones`` times, each copy placed after a spacer of a random size, so the copies' weights,
+inputs and activations lie at different addresses of one process. Every sample times each copy
+once, in random order, the way a worker times a sample (L2 flushed, the lead spun, K calls back
+to back on fresh inputs, CUDA events), and pairs each copy with copy 0.
+
+- The copies of one process disagree as much as processes do: memory placement is the cause, and
+  averaging over placements (or widening by their scatter) is the remedy.
+- The copies agree (to about their intervals) while the processes' copy 0 scatter: the bias is the
+  process's own, not its memory's; the reproducibility floor covers it.
+
+Made for a GPU; prints a table (``--json`` writes the rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_candidates import launch_bound_tasks  # noqa: E402
+
+from cudal1.eval.process import lead, state  # noqa: E402
+from cudal1.schema import Task  # noqa: E402
+from cudal1.tasks import bundled_tasks  # noqa: E402
+
+console = Console()
+FLUSH_BYTES = 256 << 20  # as the evaluator's workers flush L2 before a sample
+SAMPLE_MS = 1.0  # K calls last about this long (the evaluator's aim)
+
+
+def all_tasks() -> dict[str, Task]:
+    return {**{t.name: t for t in bundled_tasks()}, **launch_bound_tasks()}
+
+
+def load(task: Task, device: torch.device) -> tuple[Any, Any]:
+    """The task's module namespace and its model on ``device`` (trusted: a bundled task)."""
+    namespace: dict[str, Any] = {}
+    exec(compile(task.source, task.name, "exec"), namespace)
+    torch.manual_seed(1)
+    init = list(namespace["get_init_inputs"]())
+    return namespace, namespace["Model"](*init).to(device).eval()
+
+
+def fresh_inputs(namespace: dict[str, Any], seed: int, device: torch.device) -> list[Any]:
+    torch.manual_seed(seed)
+    return [x.to(device) if isinstance(x, torch.Tensor) else x for x in namespace["get_inputs"]()]
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_calls(model: Any, inputs: list[Any], calls: int, lead_us: float, flush: torch.Tensor,
+               device: torch.device) -> float:
+    """Milliseconds per call of ``calls`` back-to-back calls, as a worker's timed sample runs
+    them: one untimed call, the flush and the lead ahead of the begin event."""
+    with torch.no_grad():
+        model(*inputs)
+        sync(device)
+        if device.type != "cuda":
+            flush.zero_()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                model(*inputs)
+            return (time.perf_counter() - t0) * 1000 / calls
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        state.reset_persisting_l2()
+        flush.zero_()
+        lead.spin(lead_us)
+        begin.record()
+        for _ in range(calls):
+            model(*inputs)
+        end.record()
+        torch.cuda.synchronize()
+        return begin.elapsed_time(end) / calls
+
+
+def child(task: Task, clones: int, samples: int, device: torch.device, seed: int) -> dict[str, Any]:
+    """One process: the model and its copies, each behind a spacer of random size; per sample,
+    every copy timed once in random order on its own fresh inputs."""
+    rng = random.Random(seed)
+    namespace, model = load(task, device)
+    keep: list[torch.Tensor] = []  # the spacers stay allocated, so the copies stay where they are
+    copies = [model]
+    for _ in range(clones - 1):
+        keep.append(torch.empty(rng.randint(1, 64) << 20, dtype=torch.uint8, device=device))
+        copies.append(copy.deepcopy(model))
+    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+    lead.prepare(device)
+    warm = fresh_inputs(namespace, 0, device)
+    one_ms = max(time_calls(model, warm, 20, 200.0, flush, device), 1e-4)
+    calls = max(1, min(2000, round(SAMPLE_MS / one_ms)))
+    lead_us = min(20_000.0, 50.0 + calls * 20.0)  # the host's launches (~5-20 us each) stay ahead of the GPU
+    times = np.zeros((samples, clones))
+    for s in range(samples):
+        order = list(range(clones))
+        rng.shuffle(order)
+        for c in order:
+            keep.append(torch.empty(rng.randint(0, 8) << 10, dtype=torch.uint8, device=device))
+            inputs = fresh_inputs(namespace, 1000 + s, device)  # the same values for every copy
+            times[s, c] = time_calls(copies[c], inputs, calls, lead_us, flush, device)
+            keep.pop()
+    return {"task": task.name, "calls": calls, "ms": times.tolist()}
+
+
+def ratio_interval(a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> tuple[float, float, float]:
+    """Median of the paired ratios a/b with a 95% bootstrap interval."""
+    r = a / b
+    boots = np.median(rng.choice(r, size=(2000, r.size)), axis=1)
+    return float(np.median(r)), float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
+
+
+def table(rows: list[dict[str, Any]]) -> Table:
+    """A row per copy of each process: its time per call, against copy 0 of its process (paired:
+    the same samples) and against copy 0 of the task's first process (unpaired: the processes ran
+    one after the other). Then per task, the spread of the copies' medians inside one process (the
+    largest) beside the spread of the processes' copy 0."""
+    rng = np.random.default_rng(0)
+    out = Table(title="identical code: copies in one process, and processes", title_justify="left")
+    for col in ("task", "proc", "copy", "us/call", "vs copy 0 [95% CI]", "vs proc 0"):
+        out.add_column(col, justify="left" if col == "task" else "right")
+    for name in dict.fromkeys(r["task"] for r in rows):
+        mine = [np.asarray(r["ms"]) for r in rows if r["task"] == name]
+        base = float(np.median(mine[0][:, 0]))
+        inside = []
+        for p, ms in enumerate(mine):
+            meds = [1.0]
+            for c in range(ms.shape[1]):
+                m, lo, hi = ratio_interval(ms[:, c], ms[:, 0], rng)
+                meds.append(m)
+                out.add_row(name if p == c == 0 else "", str(p) if c == 0 else "", str(c),
+                            f"{np.median(ms[:, c]) * 1000:.2f}", f"{m:.3f} [{lo:.3f}, {hi:.3f}]",
+                            f"{np.median(ms[:, c]) / base:.3f}")
+            inside.append(max(meds) - min(meds))
+        firsts = [float(np.median(ms[:, 0])) / base for ms in mine]
+        out.add_row("", "", "", "", f"copies spread {max(inside) * 100:.1f}%",
+                    f"procs {(max(firsts) - min(firsts)) * 100:.1f}%", end_section=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", nargs="+", default=["lb_mlp3", "2_conv_block", "1_gemm"])
+    parser.add_argument("--clones", type=int, default=4, help="copies of the model in one process")
+    parser.add_argument("--processes", type=int, default=3, help="fresh processes per task, one after the other")
+    parser.add_argument("--samples", type=int, default=200, help="samples per process (each times every copy)")
+    parser.add_argument("--device", default="cuda:0", help="cuda:N, or cpu for a smoke test")
+    parser.add_argument("--json", type=Path, help="write the raw rows here")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # TASK:SEED, one process's part
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    tasks = all_tasks()
+    if args.child:
+        name, seed = args.child.rsplit(":", 1)
+        print(json.dumps(child(tasks[name], args.clones, args.samples, device, int(seed))))
+        return
+    unknown = sorted(set(args.tasks) - set(tasks))
+    if unknown:
+        parser.error(f"unknown tasks {unknown}; known: {', '.join(sorted(tasks))}")
+    rows = []
+    for name in args.tasks:
+        for p in range(args.processes):
+            cmd = [sys.executable, __file__, "--child", f"{name}:{p}", "--clones", str(args.clones),
+                   "--samples", str(args.samples), "--device", args.device]
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                console.print(f"[red]{name} process {p} failed:[/red] {done.stderr.strip()[-800:]}")
+                continue
+            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+            console.print(f"{name}: process {p} done ({rows[-1]['calls']} calls a sample)")
+    if args.json:
+        args.json.write_text(json.dumps(rows))
+    console.print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
