@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -21,6 +23,28 @@ def test_tensors_round_trip_bit_exact(dtype):
         back.view(torch.uint8) if dtype is not torch.bool else back,
         t.view(torch.uint8) if dtype is not torch.bool else t,
     )
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_reply_holds_one_copy_of_its_outputs_in_the_senders_memory(device):
+    """The bytes a worker makes to reply count against a candidate's memory cap: a strided output
+    (and on a GPU, any output) costs the message and nothing beside it. Before, a CPU copy was
+    made and then the message from it: twice the outputs, which failed a 4.3 GB task at 12.6 GB."""
+    code = f"""
+import resource, torch
+from cudal1.eval.process.wire import decode, encode
+t = torch.randn(4096, 8192, device="{device}").t()  # 128 MiB, not contiguous
+if t.is_cuda:
+    torch.cuda.synchronize()
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+message = encode({{"out": t}})
+grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+assert torch.equal(decode(message)["out"], t.cpu())
+print(grew / t.nbytes)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    grew = float(done.stdout.split()[-1])
+    assert 0.9 < grew < 1.25, f"the message cost {grew:.2f}x its outputs in the sender's memory"
 
 
 def test_structure_round_trips():

@@ -46,21 +46,37 @@ class WireError(ValueError):
     """A message that does not decode: a worker that misbehaves or died mid-message."""
 
 
-def encode(obj: Any) -> bytes:
-    buffers: list[bytes | memoryview] = []
+def encode(obj: Any) -> bytearray:
+    """One message: magic, header length and buffer count, the JSON header, then each buffer with
+    its length. The message is allocated once at its full size and every tensor is copied straight
+    into it from wherever it lies (a GPU output included): a reply holds one copy of its outputs in
+    the sending worker's memory, not a CPU copy and then the message built from it. That memory
+    counts against a candidate's cap (``memory.py``), and a task whose outputs are 4.3 GB
+    (``L2_34`` of the CUDA-L1 release) was failed for 12.6 GB the worker itself had made."""
+    buffers: list[torch.Tensor | bytes] = []
     header = json.dumps(_to_json(obj, buffers), allow_nan=True).encode()
-    parts: list[bytes | memoryview] = [_MAGIC, struct.pack("<II", len(header), len(buffers)), header]
-    for buf in buffers:
-        parts.append(struct.pack("<Q", memoryview(buf).nbytes))
-        parts.append(buf)
-    return b"".join(parts)
+    sizes = [b.nbytes if isinstance(b, torch.Tensor) else len(b) for b in buffers]
+    out = bytearray(12 + len(header) + sum(8 + n for n in sizes))
+    struct.pack_into("<4sII", out, 0, _MAGIC, len(header), len(buffers))
+    out[12 : 12 + len(header)] = header
+    pos = 12 + len(header)
+    for buf, n in zip(buffers, sizes, strict=True):
+        struct.pack_into("<Q", out, pos, n)
+        pos += 8
+        if isinstance(buf, bytes):
+            out[pos : pos + n] = buf
+        elif n:
+            into = torch.frombuffer(out, dtype=torch.uint8, count=n, offset=pos)
+            into.view(buf.dtype).view(buf.shape).copy_(buf)
+        pos += n
+    return out
 
 
 def send_message(conn: Connection, obj: dict[str, Any]) -> None:
     """Send a request whose top-level ``bytes`` values (a candidate's reply forwarded whole, which
     holds its outputs: gigabytes for some tasks) travel as messages of their own after it, so
     they are neither copied into the request nor out of it again (``receive_message``)."""
-    follows = [k for k, v in obj.items() if isinstance(v, bytes)]
+    follows = [k for k, v in obj.items() if isinstance(v, bytes | bytearray)]
     head = {k: v for k, v in obj.items() if k not in follows}
     conn.send_bytes(encode({**head, _FOLLOWS: follows} if follows else head))
     for key in follows:
@@ -118,7 +134,7 @@ def header(data: bytes) -> Any:
         raise WireError(f"undecodable message: {type(exc).__name__}: {exc}") from None
 
 
-def _to_json(obj: Any, buffers: list[bytes | memoryview]) -> Any:
+def _to_json(obj: Any, buffers: list[torch.Tensor | bytes]) -> Any:
     if isinstance(obj, torch.Tensor):
         return _tensor_to_json(obj, buffers)
     if obj is None or isinstance(obj, bool | int | float | str):
@@ -138,7 +154,7 @@ def _to_json(obj: Any, buffers: list[bytes | memoryview]) -> Any:
     return {"__repr__": type(obj).__name__, "text": repr(obj)[:200]}
 
 
-def _tensor_to_json(t: torch.Tensor, buffers: list[bytes | memoryview]) -> dict[str, Any]:
+def _tensor_to_json(t: torch.Tensor, buffers: list[torch.Tensor | bytes]) -> dict[str, Any]:
     meta = {
         "__tensor__": len(buffers),
         "dtype": str(t.dtype).removeprefix("torch."),
@@ -147,11 +163,9 @@ def _tensor_to_json(t: torch.Tensor, buffers: list[bytes | memoryview]) -> dict[
         "type": type(t).__name__,
     }
     plain = t.detach().as_subclass(torch.Tensor)
-    cpu = plain.to("cpu").contiguous()
-    if cpu.is_sparse or cpu.layout != torch.strided:
-        cpu = cpu.to_dense()
-    # A view of the tensor's own bytes: ``encode`` copies them once, into the message.
-    buffers.append(cpu.reshape(-1).view(torch.uint8).numpy().data if cpu.numel() else b"")
+    if plain.is_sparse or plain.layout != torch.strided:
+        plain = plain.to_dense()
+    buffers.append(plain)  # copied by ``encode`` straight into the message, from its own device
     return meta
 
 
