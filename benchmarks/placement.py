@@ -194,9 +194,9 @@ def main() -> None:
                 continue
             rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
             console.print(f"{name}: process {p} done ({rows[-1]['calls']} calls a sample)")
-    if args.json:
-        args.json.write_text(json.dumps(rows))
-    console.print(table(rows))
+            if args.json:  # after every process: a run cut off keeps what it measured
+                args.json.write_text(json.dumps(rows))
+        console.print(table([r for r in rows if r["task"] == name]))  # each task's table once it is done
 
 
 if __name__ == "__main__":
