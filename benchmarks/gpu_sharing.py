@@ -65,6 +65,10 @@ class Seen:
     clocks: list[int] = field(default_factory=list)  # SM MHz, seconds the GPU was busy
     violations: int = 0  # seconds with a power or thermal violation
     others: dict[int, int] = field(default_factory=dict)  # pid: peak SM %
+    # pids seen in a logged second wholly inside the window: a sample at second T covers (T-1, T],
+    # so one at the window's edges may be work that ended before the window began or began after
+    # it ended (another check's turn, per the quiet window), while one inside cannot be.
+    inside: set[int] = field(default_factory=set)
 
 
 def read_log(text: str) -> Iterator[dict[str, str]]:
@@ -177,6 +181,8 @@ def join(found: list[Window], dmon: str, pmon: str, index: dict[str, int], utc_o
             for pid, sm in procs.get((gpu, t), []):
                 if pid not in w.pids:
                     s.others[pid] = max(sm, s.others.get(pid, 0))
+                    if t - 1 >= w.start and t <= w.end:
+                        s.inside.add(pid)
         seen.append(s)
     return seen
 
@@ -203,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.all and not s.others and not s.violations and (low is None or low == top):
             continue
         clocks = "-" if low is None else f"{low}-{max(s.clocks)}"
-        others = ", ".join(f"{p} ({sm})" for p, sm in sorted(s.others.items())) or "-"
+        others = ", ".join(f"{p} ({sm}){'*' * (p in s.inside)}" for p, sm in sorted(s.others.items())) or "-"
         speed = "-" if w.speedup is None else f"{w.speedup:.3f}"
         table.add_row(
             w.task,
@@ -217,9 +223,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     Console(width=int(os.environ.get("COLUMNS", 100))).print(table)
     shared = sum(bool(s.others) for _, s in logged)
+    inside = sum(bool(s.inside) for _, s in logged)
+    print("*: seen in a logged second wholly inside the window (the others only at its edges)")
     slow = sum(any(c < (top or 0) for c in s.clocks) for _, s in logged)
     print(
-        f"{len(found)} timed windows, {len(logged)} inside the log; other processes on the GPU in {shared}; "
+        f"{len(found)} timed windows, {len(logged)} inside the log; other processes on the GPU in {shared} "
+        f"({inside} inside a whole second of the window); "
         f"SM clock below its top ({top or '-'} MHz) in {slow}; power or thermal violations in "
         f"{sum(bool(s.violations) for _, s in logged)}"
     )

@@ -40,7 +40,8 @@ def _pmon(second: int, gpu: int, pid: int, sm: int) -> str:
     return f"20261128   09:01:{second:02d}    {gpu}     {pid}     C     {sm}      0      -      -      -      -    python3"
 
 
-def test_other_processes_and_low_clocks_in_a_timed_window_are_found(tmp_path: Path, capsys) -> None:
+def test_other_processes_and_low_clocks_in_a_timed_window_are_found(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # one line a window
     rows = tmp_path / "p1.rows.jsonl"  # the first window from a verify's rows, the second from a run
     windows = []
     for task, start, pids in (("L1_1", T0, [10, 11]), ("L1_2", T0 + 10, [20, 21])):
@@ -59,6 +60,7 @@ def test_other_processes_and_low_clocks_in_a_timed_window_are_found(tmp_path: Pa
     dmon = [_dmon(s, 1, 50, 1980 if s < 40 else 1500) for s in range(28, 46)]
     dmon += [_dmon(s, 0, 90, 900) for s in range(28, 46)]
     pmon = [_pmon(31, 1, 10, 40), _pmon(32, 1, 11, 40), _pmon(32, 1, 99, 30), _pmon(31, 0, 77, 90)]
+    pmon += [_pmon(30, 1, 98, 20), _pmon(34, 1, 97, 20)]  # at the window's edges only
     pmon += [_pmon(41, 1, 20, 40), _pmon(42, 1, 21, 40)]
     (host / "dmon.txt").write_text(DMON.format(rows="\n".join(dmon)))
     (host / "pmon.txt").write_text(PMON.format(rows="\n".join(pmon)))
@@ -68,6 +70,9 @@ def test_other_processes_and_low_clocks_in_a_timed_window_are_found(tmp_path: Pa
     out = capsys.readouterr().out
     # The first window (09:01:30-33) saw pid 99 beside its pair, at the top clock; the second
     # (09:01:40-43) saw only its pair, at 1500 MHz; GPU 0's pid 77 belongs to neither.
-    assert "99 (30)" in out and "77" not in out and "1500-1500" in out
-    assert "2 timed windows, 2 inside the log; other processes on the GPU in 1; SM clock below its top" in out
+    # 99 ran inside the window (second 32 covers 31-32); 98 and 97 only at its edges (second 30
+    # covers 29-30, second 34 covers 33-34 and the window ends at 33.4).
+    assert "99 (30)*" in out and "98 (20)," in out and "97 (20)," in out
+    assert "77" not in out and "1500-1500" in out
+    assert "2 timed windows, 2 inside the log; other processes on the GPU in 1 (1 inside a whole second" in out
     assert "(1980 MHz) in 1" in out
