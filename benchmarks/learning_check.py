@@ -56,7 +56,13 @@ checkpoint, every 5 steps):
 4. ``remeasure report``: every distinct program of the 12 sampled policies, at most the 48 arms
    plus stray programs, about 50-80 evaluations: 10-20 min, 2 calls.
 
-In all 8-9 calls, about 60-90 GPU minutes. What must survive between calls is small (``arms/``,
+In all 8-9 calls, about 60-90 GPU minutes. On a machine of several GPUs (one call costs the
+budget what one GPU's does), lanes of ``gpu-check.sh`` run it in about three calls:
+``lanes '0,1:train learning-check prepare --eval-devices cuda:0 cuda:1'`` (the arms over both GPUs),
+then one seed a lane (``'0:train learning-check sft grpo control --seeds 0' '1:... --seeds 1'``,
+then seed 2 and the ablations), then ``remeasure report --eval-devices ...`` over every GPU. The
+lanes share ``--work`` on that machine; each stops a minute before its lane ends and packs it all,
+and ``gpu-unpack.sh`` keeps the newest copy of each file. What must survive between calls is small (``arms/``,
 ``shown.db``, ``seed-N/samples/``, ``remeasure/``): the script packs it into
 ``$OUT/learning-check.tar.gz``; unpacked into ``runs/`` here, a fresh machine gets it back by
 carrying ``runs/learning-check``. A
@@ -123,7 +129,7 @@ def prepare(work: Path, tasks: list[Task], args: argparse.Namespace) -> None:
         work / "arms",
         tasks,
         eval_config(args.device, 2.0),
-        pool_config(args.device),
+        pool_config(args.device, args.eval_devices or ()),
         cuda=args.device == "cuda",
     )
     arms = load_arms(work, tasks, args)
@@ -252,7 +258,10 @@ def main() -> None:
     )
     parser.add_argument("--policy-hidden", type=int, default=256)
     parser.add_argument("--policy-layers", type=int, default=4)
-    parser.add_argument("--eval-devices", nargs="*", default=None)
+    parser.add_argument(
+        "--eval-devices", nargs="*", default=None,
+        help="GPUs the evaluator times on (prepare, GRPO's rewards, remeasure), e.g. cuda:0 cuda:1",
+    )
     args = parser.parse_args()
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -69,7 +69,7 @@ def stage_remeasure(work: Path, tasks: list[Task], args: argparse.Namespace) -> 
         pending = [r for r in db.pending() if r.task in by_name]
         if pending:
             console.print(f"re-measuring {len(pending)} program(s) in {run.path}")
-            with make_pool(eval_config(args.device, 2.0), pool_config(args.device)) as pool:
+            with make_pool(eval_config(args.device, 2.0), pool_config(args.device, args.eval_devices or ())) as pool:
                 asyncio.run(evaluate_rows(db, pool, by_name, pending))
 
 

@@ -49,11 +49,13 @@ def eval_config(device: str, budget_s: float) -> EvalConfig:
     )
 
 
-def pool_config(device: str) -> PoolConfig:
-    # Two cores on the CPU machines: more timing workers than cores only adds noise.
-    return PoolConfig.model_validate(
-        {"workers": 6, "spares": 2} if device == "cuda" else {"workers": 2, "spares": 1}
-    )
+def pool_config(device: str, devices: Sequence[str] = ()) -> PoolConfig:
+    """The evaluator's pool: on a GPU, 6 workers for each of ``devices`` (``--eval-devices``: the
+    arms and the re-measurement spread over every GPU given; default the one device). Two cores
+    on the CPU machines: more timing workers than cores only adds noise."""
+    if device != "cuda":
+        return PoolConfig.model_validate({"workers": 2, "spares": 1})
+    return PoolConfig.model_validate({"workers": 6 * max(1, len(devices)), "spares": 2, "devices": tuple(devices)})
 
 
 def grpo_config(args: argparse.Namespace, n_tasks: int, seed: int, *, show_speedups: bool) -> GRPOStageConfig:
@@ -84,7 +86,7 @@ def grpo_config(args: argparse.Namespace, n_tasks: int, seed: int, *, show_speed
             # check wants found: with no judge, holding it (the default) would cap the best arm.
             "audit": {"unaudited": "keep"},
             "eval": eval_config(args.device, 1.0).model_dump(),
-            "pool": pool_config(args.device).model_dump(),
+            "pool": pool_config(args.device, args.eval_devices or ()).model_dump(),
             "eval_devices": args.eval_devices or (),
             "device": args.device,
         }

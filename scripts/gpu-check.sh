@@ -12,7 +12,8 @@
 # On a machine of several GPUs, one shard a lane: lanes '0:best-known ... --shard 1/4' '1:best-known ... --shard 2/4' ...
 # train learning-check STAGE... [ARGS]: benchmarks/learning_check.py --resume (its docstring has the plan of
 # calls: prepare; sft grpo control --seeds N; ablation --seeds ...; remeasure report), stopped at
-# LEARNING_CHECK_S (540 s) with SIGINT so that the call returns; the same call resumes. Its small state
+# LEARNING_CHECK_S (540 s; in a lane, 60 s before the lane ends at the latest) with SIGINT so that the call
+# returns with its state packed; the same call resumes. Its small state
 # (arms, shown.db, samples, re-measurements) comes back as $OUT/learning-check.tar.gz: unpack it
 # into runs/ and carry runs/learning-check on a fresh machine. train [bench|stages]: the other training checks of issue 11.
 set -uo pipefail
@@ -31,6 +32,16 @@ nvidia-smi --query-gpu=index,uuid,name,driver_version,clocks.sm,clocks.mem --for
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$OUT/gpu.txt"
 what=${1:-all}; shift || true
 rc=0
+# within S: S seconds, or fewer inside a lane, so that a step that stops itself (and then packs
+# what it made) does so before the lane's own SIGINT, which would stop the packing too.
+within() {
+  local s=$1
+  if [[ -n ${LANE_DEADLINE:-} ]]; then
+    local left=$((LANE_DEADLINE - $(date +%s) - 60))
+    ((left < s)) && s=$((left > 30 ? left : 30))
+  fi
+  echo "$s"
+}
 if [[ $what == lanes ]]; then
   # lanes 'GPUS:MODE ARGS[ + MODE ARGS...]' ...: several of this script's modes at once, each on its own GPUs
   # (CUDA_VISIBLE_DEVICES=GPUS, so each sees them as cuda:0...) and its own physical cores (the
@@ -88,7 +99,7 @@ print(','.join(str(c) for g in sys.argv[2].split(',') for c in sorted(cpu_share(
     # 'MODE ARGS + MODE ARGS': modes one after the other in the lane, inside its one time limit;
     # ARGS are read as the shell reads them, so quotes hold: '0:tests -k "a or b"'.
     # shellcheck disable=SC2086
-    (export GPU_CHECK_LANE=1 OUT="$OUT/lane-$k" CUDA_VISIBLE_DEVICES=$gpus
+    (export GPU_CHECK_LANE=1 OUT="$OUT/lane-$k" CUDA_VISIBLE_DEVICES=$gpus LANE_DEADLINE=$(($(date +%s) + ${LANE_S:-540}))
      timeout -s INT -k 30 "${LANE_S:-540}" taskset -c "$cpus" bash -c \
        'IFS=+ read -ra steps <<<"$1"; for s in "${steps[@]}"; do eval "bash \"\$0\" $s"; echo "exit $? of: $s" >>"$OUT/lane.txt"; done' \
        "$0" "$cmd" >"$OUT/lane.log" 2>&1) &
@@ -157,7 +168,7 @@ if [[ $what == best-known ]]; then
   # SIGKILL 45 s later if evaluations in flight hold it up (the database stays consistent).
   # Candidates may hold 12 GB (BEST_KNOWN_MEM_GB), not the default share of 64 GB among 8 workers:
   # at 7 GB, every torch.compile mode and the CUDA graph of L3_31 failed for memory (H100).
-  limit=${BEST_KNOWN_S:-450}
+  limit=$(within "${BEST_KNOWN_S:-450}")
   COLUMNS=${COLUMNS:-160} timeout -s INT -k 45 "$limit" python3 benchmarks/best_known.py \
     .data/cuda-l1-h100.jsonl --run runs/best-known --resume --json "$OUT/best-known.json" \
     --session-s "${BEST_KNOWN_SESSION_S:-$((limit * 3 / 5))}" --set "eval.sandbox.memory_limit_gb=${BEST_KNOWN_MEM_GB:-12}" "$@" \
@@ -202,7 +213,7 @@ if [[ $what == train ]]; then
     learning-check)
       stages=(); while [[ $# -gt 0 && $1 != -* ]]; do stages+=("$1"); shift; done
       name=$(IFS=-; echo "${stages[*]:-all}")
-      COLUMNS=${COLUMNS:-200} timeout -s INT -k 45 "${LEARNING_CHECK_S:-540}" python3 benchmarks/learning_check.py \
+      COLUMNS=${COLUMNS:-200} timeout -s INT -k 45 "$(within "${LEARNING_CHECK_S:-540}")" python3 benchmarks/learning_check.py \
         --stage "${stages[@]:-all}" --resume "$@" 2>&1 | tee "$OUT/learning-check-$name.log"
       rc=${PIPESTATUS[0]}
       w=runs/learning-check; keep=$(mktemp -d)/learning-check; mkdir -p "$keep"

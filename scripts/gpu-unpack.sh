@@ -26,7 +26,9 @@ for dir in "$src" "$tmp"/lane-*; do
     found=1
   done
   if [[ -f $dir/learning-check.tar.gz ]]; then
-    tar -xzf "$dir/learning-check.tar.gz" -C runs
+    # Lanes share one runs/learning-check on the GPU machine, and each packs all of it: a lane that
+    # packed earlier holds older copies of another lane's files, which must not replace newer ones.
+    tar -xzf "$dir/learning-check.tar.gz" -C runs --keep-newer-files 2>&1 | grep -v 'is newer or same age' || true
     echo "runs/learning-check <- ${dir#"$tmp"/}"
     found=1
   fi

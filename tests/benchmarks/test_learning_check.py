@@ -179,3 +179,14 @@ def test_flat_means_no_shown_difference_or_within_five_percent():
     assert is_flat(Interval(0.02, -0.01, 0.05), 1.0)
     assert is_flat(Interval(0.04, 0.03, 0.05), 1.0)
     assert not is_flat(Interval(0.2, 0.1, 0.3), 1.0)
+
+
+def test_the_evaluator_pool_spreads_over_every_eval_device_given():
+    """--eval-devices reaches the arms' and the re-measurement's pools, not only GRPO's rewards:
+    on a lane of several GPUs, the check's evaluations use them all."""
+    from learning_settings import pool_config
+
+    two = pool_config("cuda", ["cuda:0", "cuda:1"])
+    assert two.devices == ("cuda:0", "cuda:1") and two.workers == 12
+    assert pool_config("cuda").devices == () and pool_config("cuda").workers == 6
+    assert pool_config("cpu", ["cpu:0"]).devices == ()
