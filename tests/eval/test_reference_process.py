@@ -32,6 +32,12 @@ def test_reference_server_answers_exactly_the_reference_commands():
     assert handled == {c for c in Command if c.accepts(Role.REFERENCE)} - {Command.EXIT}
 
 
+def test_a_cpu_has_no_queue_to_wait_for():
+    """QUIET (the wait before sampling for other processes' GPU work) answers at once on a CPU."""
+    server = ReferenceServer()
+    assert server.quiet(max_s=2.0, quiet_us=200) == {"quiet": True, "waited_ms": 0.0, "probes": 0, "slowest_us": 0.0}
+
+
 def test_a_promoted_slot_replaces_the_main_model_and_its_float64_twin():
     """The re-drawn-weights probe's models become the timed ones: no third model is kept."""
     server = ReferenceServer()

@@ -107,6 +107,20 @@ class TimingConfig(StrictConfig):
         description="stop the pool's other candidate workers (imports, builds, __init__ GPU work) "
         "while a pair is sampled, so load cannot slow one side at random",
     )
+    quiet_wait_s: float = Field(
+        2.0,
+        ge=0,
+        description="at most this long before a pair is sampled on a GPU, wait for the work other "
+        "processes queued there (a stopped worker's kernels run on) to finish (eval/process/drain.py); "
+        "0: do not wait",
+    )
+    quiet_round_trip_us: float = Field(
+        200.0,
+        gt=0,
+        description="the GPU counts as quiet after three one-element kernels in a row each come back "
+        "within this long (tens of microseconds alone; a timeslice, about a millisecond, while "
+        "another context has work)",
+    )
     host_ahead: bool = Field(
         True,
         description="queue each sample's calls behind a GPU spin long enough for the host to launch "

@@ -33,6 +33,7 @@ import torch
 
 from cudal1.eval.checks.allowance import OPERATIONS, Allowance, calibrate
 from cudal1.eval.checks.compare import Comparison, compare_outputs, precision_ratio
+from cudal1.eval.process import drain
 from cudal1.eval.process.model_state import stateful_attributes
 from cudal1.eval.process.protocol import Command, Role
 from cudal1.eval.process.timed_sample import release, sync, to_device
@@ -80,6 +81,7 @@ class ReferenceServer(WorkerServer):
             Command.WORK: self.work,
             Command.PREWARM: self.prewarm,
             Command.PEAKS: self.peaks,
+            Command.QUIET: self.quiet,
         }
 
     def device_info(self, device: str) -> dict[str, Any]:
@@ -370,6 +372,12 @@ class ReferenceServer(WorkerServer):
         loads, outside the device lock, instead of inside a timed evaluation's stage."""
         count_work(torch.nn.Linear(2, 2), [torch.zeros(1, 2)])
         return {}
+
+    def quiet(self, max_s: float, quiet_us: float) -> dict[str, Any]:
+        """Wait until the device runs no other process's work (``drain``); a CPU has no queue."""
+        if self.device.type != "cuda":
+            return {"quiet": True, "waited_ms": 0.0, "probes": 0, "slowest_us": 0.0}
+        return drain.wait_until_quiet(drain.gpu_round_trip(self.device), max_s=max_s, quiet_us=quiet_us)
 
     def peaks(self, cache_dir: str) -> dict[str, Any]:
         """This device's bandwidth and FLOP peaks, measured once and cached on disk."""

@@ -91,6 +91,10 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
 
     with record.phase("sampling"), quiet() as paused:
         record.note(workers_paused_while_timed=paused)
+        settled: dict[str, Any] = {}
+        if cfg.quiet_wait_s > 0 and device_type(pair.device) == "cuda":
+            # What stopped workers queued still runs: the GPU is left to finish it (``drain``).
+            settled = pair.reference(Command.QUIET, max_s=cfg.quiet_wait_s, quiet_us=cfg.quiet_round_trip_us)
         start = time.time()
         try:
             outcome = measure_paired(
@@ -108,6 +112,7 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
                     "end": round(time.time(), 3),
                     "pids": [pair.ref.process.pid, cand.pid],
                     "gpu_uuid": pair.ref.device_info.get("uuid"),
+                    **({"settled": settled} if settled else {}),
                 }
             )
     record.timing, findings = timing_verdict(outcome, pair.device, cfg.clock_disagreement)

@@ -42,6 +42,7 @@ class Command(StrEnum):
     FORGET = "forget"
     PROMOTE = "promote"
     PING = "ping"
+    QUIET = "quiet"
     EXIT = "exit"
 
     @property
@@ -89,5 +90,7 @@ _SPEC: dict[Command, tuple[frozenset[Role], Stage]] = {
     # A probe's model becomes the main one, the model timed (``WorkerServer.promote``).
     Command.PROMOTE: (_BOTH, Stage.CORRECTNESS),
     Command.PING: (_BOTH, Stage.TIMING),
+    # Before the sampling: the GPU left to finish other processes' queued work (``drain``).
+    Command.QUIET: (_REF, Stage.TIMING),
     Command.EXIT: (_BOTH, Stage.LOAD),
 }
