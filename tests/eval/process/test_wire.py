@@ -176,3 +176,24 @@ def test_a_tensor_is_filled_only_from_the_senders_bytes():
         with pytest.raises(WireError):
             decode(bad)
     assert decode(encode({"e": torch.empty(0, 3)}))["e"].shape == (0, 3)  # empty with no bytes: fine
+
+
+def test_a_reply_the_wire_cannot_carry_is_the_commands_failure_not_the_workers_end():
+    """A sparse output cannot be encoded: the worker answers that command with its failure and
+    goes on serving (it used to die while sending)."""
+    from multiprocessing import Pipe
+
+    from cudal1.eval.process import worker
+    from cudal1.eval.process.protocol import Command
+
+    class SparseReplies(worker.CandidateServer):
+        def handlers(self):
+            return {**super().handlers(), Command.PING: lambda: {"out": torch.eye(3).to_sparse()}}
+
+    ours, theirs = Pipe()
+    for cmd in ("ping", "hello", "exit"):
+        ours.send_bytes(encode({"cmd": cmd}))
+    worker.serve(theirs, SparseReplies())
+    failed = decode(ours.recv_bytes())
+    assert not failed["ok"] and "storage" in failed["error"]
+    assert decode(ours.recv_bytes())["ok"]  # the next command is answered

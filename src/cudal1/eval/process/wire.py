@@ -49,10 +49,11 @@ class WireError(ValueError):
 def encode(obj: Any) -> bytearray:
     """One message: magic, header length and buffer count, the JSON header, then each buffer with
     its length. The message is allocated once at its full size and every tensor is copied straight
-    into it from wherever it lies (a GPU output included): a reply holds one copy of its outputs in
-    the sending worker's memory, not a CPU copy and then the message built from it. That memory
-    counts against a candidate's cap (``memory.py``), and a task whose outputs are 4.3 GB
-    (``L2_34`` of the CUDA-L1 release) was failed for 12.6 GB the worker itself had made."""
+    into it from wherever it lies (a GPU output included): a reply holds one host copy of its
+    outputs in the sending worker's memory, not a CPU copy and then the message built from it (a
+    strided GPU output is first made contiguous on the GPU, a device copy outside the host cap).
+    That memory counts against a candidate's cap (``memory.py``), and a task whose outputs are
+    4.3 GB (``L2_34`` of the CUDA-L1 release) was failed for 12.6 GB the worker itself had made."""
     buffers: list[torch.Tensor | bytes] = []
     header = json.dumps(_to_json(obj, buffers), allow_nan=True).encode()
     sizes = [b.nbytes if isinstance(b, torch.Tensor) else len(b) for b in buffers]
@@ -162,9 +163,8 @@ def _tensor_to_json(t: torch.Tensor, buffers: list[torch.Tensor | bytes]) -> dic
         "device": str(t.device.type),
         "type": type(t).__name__,
     }
+    # A sparse or other non-strided layout fails here (no storage to view): the command's failure.
     plain = t.detach().as_subclass(torch.Tensor)
-    if plain.is_sparse or plain.layout != torch.strided:
-        plain = plain.to_dense()
     buffers.append(plain)  # copied by ``encode`` straight into the message, from its own device
     return meta
 

@@ -388,9 +388,12 @@ def serve(conn: Connection, server: WorkerServer) -> None:
                 raise PermissionError(f"a {server.role} worker does not take {cmd.value!r}")
             reply = handlers[cmd](**request)
             reply["ok"] = True
+            # Encoded here, so that outputs the wire cannot carry (a quantized or sparse tensor)
+            # are this command's failure, not the end of the worker.
+            message = encode(reply)
         except BaseException as exc:  # report everything; the evaluator decides what it means
-            reply = failure_reply(exc)
-        conn.send_bytes(encode(reply))
+            message = encode(failure_reply(exc))
+        conn.send_bytes(message)
 
 
 def failure_reply(exc: BaseException) -> dict[str, Any]:
