@@ -27,6 +27,7 @@ import argparse
 import csv
 import io
 import json
+import math
 import os
 import sqlite3
 import sys
@@ -170,7 +171,7 @@ def join(found: list[Window], dmon: str, pmon: str, index: dict[str, int], utc_o
     for w in found:
         s = Seen()
         gpu = index.get(w.uuid)
-        for t in range(int(w.start), int(w.end) + 1):
+        for t in range(math.floor(w.start) + 1, math.ceil(w.end) + 1):  # the seconds (t-1, t] it overlaps
             if gpu is None or (gpu, t) not in by_second:
                 continue
             row = by_second[(gpu, t)]

@@ -70,9 +70,9 @@ def test_other_processes_and_low_clocks_in_a_timed_window_are_found(tmp_path: Pa
     out = capsys.readouterr().out
     # The first window (09:01:30-33) saw pid 99 beside its pair, at the top clock; the second
     # (09:01:40-43) saw only its pair, at 1500 MHz; GPU 0's pid 77 belongs to neither.
-    # 99 ran inside the window (second 32 covers 31-32); 98 at its edge (second 30 covers 29-30);
-    # 97 after it (second 34 covers 33-34, past the window's last second, 33).
-    assert "98 (20), 99 (30)*" in out
-    assert "77" not in out and "97" not in out and "1500-1500" in out
+    # 99 ran inside the window (second 32 covers 31-32); 97 at its edge (second 34 covers
+    # 33-34, and the window ends at 33.4); 98 before it (second 30 covers 29-30).
+    assert "97 (20), 99 (30)*" in out
+    assert "77 (" not in out and "98 (" not in out and "1500-1500" in out
     assert "2 timed windows, 2 inside the log; other processes on the GPU in 1 (1 inside a whole second" in out
     assert "(1980 MHz) in 1" in out
