@@ -10,8 +10,9 @@ cause fit that: what lies where in memory (each process's weights, inputs and ac
 its own addresses, and the caching allocator hands the same blocks back every call), or something
 of the process itself (its CUDA context, its launch queue). This script separates them. Each
 fresh process (``--processes``, one after the other) builds the task's model once and copies it
-``--clones`` times, each copy placed after a spacer of a random size, so the copies' weights,
-inputs and activations lie at different addresses of one process. Every sample times each copy
+``--clones`` times, each copy's weights, inputs and activations allocated from a memory pool of
+its own (``torch.cuda.MemPool``) behind a spacer of a random size, so that they lie at different
+addresses of one process (the rows keep each copy's first input address). Every sample times each copy
 once, in random order, the way a worker times a sample (L2 flushed, the lead spun, K calls back
 to back on fresh inputs, CUDA events), and pairs each copy with copy 0.
 
@@ -20,12 +21,14 @@ to back on fresh inputs, CUDA events), and pairs each copy with copy 0.
 - The copies agree (to about their intervals) while the processes' copy 0 scatter: the bias is the
   process's own, not its memory's; the reproducibility floor covers it.
 
-On an H200 (2026-11-28, ``--processes 3 --samples 100``, 4 copies; the lead then a fixed 20 us a
-call): ``1_gemm`` (343 us a call) copies and processes within 0.1%; ``2_conv_block`` (127 us)
-copies within 0.4% of each other in every process, processes 2.0% apart (126.5, 128.2, 129.1 us,
-run one after another); ``lb_mlp3``'s figures were its host's launch rates (the lead too short):
-copies within 2.7% (their intervals about +-1.5%), processes 104.6, 58.5 and 61.0 us a call.
-Where memory lies in one process moved nothing beyond the noise; the process did.
+On an H200 (2026-11-28, ``--processes 3 --samples 100``, 4 copies; the script then moved only the
+copies' weights, its lead was a fixed 20 us a call, and its copies' inputs and activations most
+likely reused one set of the caching allocator's blocks): ``1_gemm`` (343 us a call) copies and
+processes within 0.1%; ``2_conv_block`` (127 us) copies within 0.4% of each other in every
+process, processes 2.0% apart (126.5, 128.2, 129.1 us, run one after another); ``lb_mlp3``'s
+figures were its host's launch rates (the lead too short): copies within 2.7% (their intervals
+about +-1.5%), processes 104.6, 58.5 and 61.0 us a call. Where a process's weights lie moved
+nothing beyond the noise; inputs and activations are moved since.
 
 Made for a GPU; prints a table (``--json`` writes the rows).
 """
@@ -33,6 +36,7 @@ Made for a GPU; prints a table (``--json`` writes the rows).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import random
@@ -58,7 +62,6 @@ from cudal1.tasks import bundled_tasks  # noqa: E402
 console = Console()
 FLUSH_BYTES = 256 << 20  # as the evaluator's workers flush L2 before a sample
 SAMPLE_MS = 1.0  # K calls last about this long (the evaluator's aim)
-BEHIND: list[int] = []  # samples whose launches the lead did not cover (the host's time leaked in)
 
 
 def all_tasks() -> dict[str, Task]:
@@ -85,9 +88,10 @@ def sync(device: torch.device) -> None:
 
 
 def time_calls(model: Any, inputs: list[Any], calls: int, lead_us: float, flush: torch.Tensor,
-               device: torch.device) -> float:
+               device: torch.device) -> tuple[float, bool]:
     """Milliseconds per call of ``calls`` back-to-back calls, as a worker's timed sample runs
-    them: one untimed call, the flush and the lead ahead of the begin event."""
+    them (one untimed call, the flush and the lead ahead of the begin event), and whether the
+    lead ran out before the host had queued them all (its launch time then leaked in)."""
     with torch.no_grad():
         model(*inputs)
         sync(device)
@@ -96,7 +100,7 @@ def time_calls(model: Any, inputs: list[Any], calls: int, lead_us: float, flush:
             t0 = time.perf_counter()
             for _ in range(calls):
                 model(*inputs)
-            return (time.perf_counter() - t0) * 1000 / calls
+            return (time.perf_counter() - t0) * 1000 / calls, False
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         state.reset_persisting_l2()
         flush.zero_()
@@ -105,26 +109,39 @@ def time_calls(model: Any, inputs: list[Any], calls: int, lead_us: float, flush:
         for _ in range(calls):
             model(*inputs)
         end.record()
-        if begin.query():  # the GPU had reached the begin event before the host queued the last call
-            BEHIND.append(1)
+        behind = begin.query()  # the GPU reached the begin event before the host queued the last call
         torch.cuda.synchronize()
-        return begin.elapsed_time(end) / calls
+        return begin.elapsed_time(end) / calls, behind
+
+
+def own_pool(device: torch.device) -> Any:
+    """A memory pool of its own for one copy (``torch.cuda.MemPool``), or None on a CPU."""
+    return torch.cuda.MemPool() if device.type == "cuda" else None
+
+
+def using(pool: Any) -> contextlib.AbstractContextManager[Any]:
+    """Allocations inside come from ``pool`` (a copy's weights, inputs and activations)."""
+    return torch.cuda.use_mem_pool(pool) if pool is not None else contextlib.nullcontext()
 
 
 def child(task: Task, clones: int, samples: int, device: torch.device, seed: int) -> dict[str, Any]:
-    """One process: the model and its copies, each behind a spacer of random size; per sample,
-    every copy timed once in random order on its own fresh inputs."""
+    """One process: the model and its copies, each copy's weights, inputs and activations in a
+    memory pool of its own (on a GPU) behind a spacer of random size; per sample, every copy
+    timed once in random order on its own fresh inputs. The row keeps each copy's first input
+    address, so that the placements are seen to differ."""
     rng = random.Random(seed)
     namespace, model = load(task, device)
     keep: list[torch.Tensor] = []  # the spacers stay allocated, so the copies stay where they are
+    pools = [None] + [own_pool(device) for _ in range(clones - 1)]
     copies = [model]
-    for _ in range(clones - 1):
-        keep.append(torch.empty(rng.randint(1, 64) << 20, dtype=torch.uint8, device=device))
-        copies.append(copy.deepcopy(model))
+    for pool in pools[1:]:
+        with using(pool):
+            keep.append(torch.empty(rng.randint(1, 64) << 20, dtype=torch.uint8, device=device))
+            copies.append(copy.deepcopy(model))
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
     lead.prepare(device)
     warm = fresh_inputs(namespace, 0, device)
-    one_ms = max(time_calls(model, warm, 20, 200.0, flush, device), 1e-4)
+    one_ms = max(time_calls(model, warm, 20, 200.0, flush, device)[0], 1e-4)
     calls = max(1, min(2000, round(SAMPLE_MS / one_ms)))
     # The lead covers the host's launches of the K calls (measured here, with half again as margin),
     # so the events time the GPU alone. A fixed 20 us a call did not cover lb_mlp3's five launches
@@ -137,16 +154,18 @@ def child(task: Task, clones: int, samples: int, device: torch.device, seed: int
     host_us = (time.perf_counter() - t0) * 1e6
     sync(device)
     lead_us = min(20_000.0, 50.0 + 1.5 * host_us)
-    times = np.zeros((samples, clones))
+    times, behind, where = np.zeros((samples, clones)), 0, [0] * clones
     for s in range(samples):
         order = list(range(clones))
         rng.shuffle(order)
         for c in order:
-            keep.append(torch.empty(rng.randint(0, 8) << 10, dtype=torch.uint8, device=device))
-            inputs = fresh_inputs(namespace, 1000 + s, device)  # the same values for every copy
-            times[s, c] = time_calls(copies[c], inputs, calls, lead_us, flush, device)
-            keep.pop()
-    return {"task": task.name, "calls": calls, "lead_us": lead_us, "behind": len(BEHIND), "ms": times.tolist()}
+            with using(pools[c]):
+                inputs = fresh_inputs(namespace, 1000 + s, device)  # the same values for every copy
+                times[s, c], late = time_calls(copies[c], inputs, calls, lead_us, flush, device)
+            behind += late
+            where[c] = where[c] or next((x.data_ptr() for x in inputs if isinstance(x, torch.Tensor)), 0)
+    return {"task": task.name, "calls": calls, "lead_us": lead_us, "behind": behind, "input_at": where,
+            "ms": times.tolist()}
 
 
 def ratio_interval(a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> tuple[float, float, float]:

@@ -20,6 +20,7 @@ def test_one_process_times_every_copy_on_every_sample() -> None:
     ms = np.asarray(row["ms"])
     assert ms.shape == (4, 3)
     assert (ms > 0).all()
+    assert len(row["input_at"]) == 3 and row["behind"] == 0  # a CPU has no lead to run out
 
 
 def test_table_gives_copies_spread_beside_processes_spread() -> None:
