@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from cudal1.config import SandboxConfig
 from cudal1.eval import reference_process
 from cudal1.eval.process.protocol import Command, Role
+from cudal1.eval.process.sandbox import WorkerProcess
 from cudal1.eval.process.wire import WireError, encode
-from cudal1.eval.reference_process import ReferenceServer, candidate_outputs
+from cudal1.eval.reference_process import ENTRY, ReferenceServer, candidate_outputs
 
 
 def test_reference_work_is_counted_once_per_signature(monkeypatch):
@@ -33,9 +35,11 @@ def test_reference_server_answers_exactly_the_reference_commands():
 
 
 def test_a_cpu_has_no_queue_to_wait_for():
-    """QUIET (the wait before sampling for other processes' GPU work) answers at once on a CPU."""
-    server = ReferenceServer()
-    assert server.quiet(max_s=2.0, quiet_us=200) == {"quiet": True, "waited_ms": 0.0, "probes": 0, "slowest_us": 0.0}
+    """QUIET (the wait before sampling for other processes' GPU work) answers at once on a CPU,
+    through a reference worker's own process as the timing stage sends it on a GPU."""
+    with WorkerProcess(SandboxConfig(call_timeout_s=60), role=Role.REFERENCE, entry=ENTRY) as worker:
+        reply = worker.request(Command.QUIET, max_s=2.0, quiet_us=200.0)
+    assert reply["quiet"] and reply["waited_ms"] == 0.0 and reply["probes"] == 0
 
 
 def test_a_promoted_slot_replaces_the_main_model_and_its_float64_twin():
