@@ -29,16 +29,21 @@ def test_tensors_round_trip_bit_exact(dtype):
 def test_a_reply_holds_one_copy_of_its_outputs_in_the_senders_memory(device):
     """The bytes a worker makes to reply count against a candidate's memory cap: a strided output
     (and on a GPU, any output) costs the message and nothing beside it. Before, a CPU copy was
-    made and then the message from it: twice the outputs, which failed a 4.3 GB task at 12.6 GB."""
+    made and then the message from it: twice the outputs, which failed a 4.3 GB task at 12.6 GB.
+    The peak is read from the kernel's own high-water mark, reset just before the encoding (the
+    process's earlier peak, or pages the host reclaimed since, would hide the growth)."""
     code = f"""
-import resource, torch
+import re, torch
 from cudal1.eval.process.wire import decode, encode
+def kb(field):
+    return int(re.search(field + r":\\s+(\\d+) kB", open("/proc/self/status").read()).group(1))
 t = torch.randn(4096, 8192, device="{device}").t()  # 128 MiB, not contiguous
 if t.is_cuda:
     torch.cuda.synchronize()
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+open("/proc/self/clear_refs", "w").write("5")  # the peak resident size restarts from here
+base = kb("VmRSS")
 message = encode({{"out": t}})
-grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+grew = (kb("VmHWM") - base) * 1024
 assert torch.equal(decode(message)["out"], t.cpu())
 print(grew / t.nbytes)
 """
