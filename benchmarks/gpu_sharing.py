@@ -12,7 +12,9 @@ clocks, power and thermal violations; ``pmon -o DT``: each process's SM share), 
 call's ``host.tar.gz``; ``gpu.txt`` maps the uuids to indices. This joins them: for each timed
 window, the GPU's SM clock range and violations over its seconds, and the processes other than the
 pair that used the GPU's SMs then (a process the quiet window should have stopped, another
-evaluation's leftover work, another lane's process on the wrong GPU).
+evaluation's leftover work, another lane's process on the wrong GPU). "wait ms": how long the
+reference's worker waited, before the window, for other processes' queued GPU work to finish
+(``timed_window.settled``, ``eval/process/drain.py``; "-" for results from before it).
 
 RESULTS: verify rows files (``*.rows.jsonl``) or run directories (any ``candidates.db`` below; a
 run's final re-measurements, kept apart from its candidates, are not read).
@@ -56,6 +58,7 @@ class Window:
     pids: tuple[int, ...]
     uuid: str
     speedup: float | None
+    settled_ms: float | None = None  # how long the GPU took to come quiet before (``drain``)
 
 
 @dataclass
@@ -149,7 +152,12 @@ def _window(result: EvalResult, task: str, label: str) -> Iterator[Window]:
         return
     speedup = result.timing.speedup if result.timing else None
     uuid = str(w.get("gpu_uuid") or "").removeprefix("GPU-")
-    yield Window(task, label, float(w["start"]), float(w["end"]), tuple(w.get("pids") or ()), uuid, speedup)
+    settled = w.get("settled") or {}
+    waited = settled.get("waited_ms") if isinstance(settled, dict) else None
+    yield Window(
+        task, label, float(w["start"]), float(w["end"]), tuple(w.get("pids") or ()), uuid, speedup,
+        None if waited is None else float(waited),
+    )
 
 
 def join(found: list[Window], dmon: str, pmon: str, index: dict[str, int], utc_offset_h: float) -> list[Seen]:
@@ -202,8 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     seen = join(found, dmon, pmon, index, args.utc_offset_h)
     top = max((c for s in seen for c in s.clocks), default=None)
     table = Table(title="timed windows against the GPUs' per-second log")
-    for col in ("task", "label", "s", "logged", "SM MHz", "viol", "other pids (peak SM %)", "speedup"):
-        table.add_column(col, justify="right" if col in ("s", "logged", "viol", "speedup") else "left")
+    cols = ("task", "label", "s", "wait ms", "logged", "SM MHz", "viol", "other pids (peak SM %)", "speedup")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("task", "label", "SM MHz", "other pids (peak SM %)") else "right")
     logged = [(w, s) for w, s in zip(found, seen, strict=True) if s.seconds]
     for w, s in logged:
         low = min(s.clocks, default=None)
@@ -216,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             w.task,
             w.label,
             f"{w.end - w.start:.1f}",
+            "-" if w.settled_ms is None else f"{w.settled_ms:.1f}",
             str(s.seconds),
             clocks,
             str(s.violations),

@@ -45,7 +45,10 @@ def test_other_processes_and_low_clocks_in_a_timed_window_are_found(tmp_path: Pa
     rows = tmp_path / "p1.rows.jsonl"  # the first window from a verify's rows, the second from a run
     windows = []
     for task, start, pids in (("L1_1", T0, [10, 11]), ("L1_2", T0 + 10, [20, 21])):
-        env = Environment(timed_window={"start": start, "end": start + 3.4, "pids": pids, "gpu_uuid": UUID})
+        settled = {"settled": {"quiet": True, "waited_ms": 412.5}} if task == "L1_1" else {}
+        env = Environment(
+            timed_window={"start": start, "end": start + 3.4, "pids": pids, "gpu_uuid": UUID, **settled}
+        )
         windows.append(dataclasses.replace(make_result(task, SOURCE, 1.0), environment=env))
     rows.write_text(json.dumps({"row": {"index": 0, "task": "L1_1"}, "result": windows[0].to_dict()}) + "\n")
     run = tmp_path / "run"
@@ -73,6 +76,7 @@ def test_other_processes_and_low_clocks_in_a_timed_window_are_found(tmp_path: Pa
     # 99 ran inside the window (second 32 covers 31-32); 97 at its edge (second 34 covers
     # 33-34, and the window ends at 33.4); 98 before it (second 30 covers 29-30).
     assert "97 (20), 99 (30)*" in out
+    assert "412.5" in out  # how long the first window waited for the GPU to come quiet
     assert "77 (" not in out and "98 (" not in out and "1500-1500" in out
     assert "2 timed windows, 2 inside the log; other processes on the GPU in 1 (1 inside a whole second" in out
     assert "(1980 MHz) in 1" in out
