@@ -32,6 +32,12 @@ What would stop it: a trusted clock that can see a sample's work, i.e. samples (
 check only) with enough calls that their net wall stands clear of the host's noise, so the worker
 clocks are checked on every device; anything inside the worker (a watch on the connection) the
 same candidate can undo.
+
+Not the CPU's two views turned on for GPUs: replayed on 353 stored H200 results
+(``benchmarks/clock_replay.py``, 2026-11-28: the CUDA-L1 release verify, the 30-task benchmark's
+runs and its round trip), the net-wall view would have flagged 71, torch.compile modes among them
+(default on ``L1_89``: events 4.78x against a trusted net wall of 0.94x), and the quotient 17 of
+the 100 it could compute.
 """
 
 import sys
