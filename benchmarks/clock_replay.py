@@ -24,19 +24,17 @@ be turned on for GPUs as it is; the trusted clock needs samples long enough to s
 from __future__ import annotations
 
 import argparse
-import json
-import sqlite3
 import sys
-from collections.abc import Iterator
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_sharing import Stored, stored_results  # noqa: E402
 
 from cudal1.eval.checks import clock  # noqa: E402
 from cudal1.eval.timing import stats  # noqa: E402
@@ -59,25 +57,9 @@ class Replayed:
     flagged_quotient: bool
 
 
-def stored(paths: list[Path]) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
-    """(source, task, label, result) of every stored result under ``paths``."""
-    for path in paths:
-        if path.is_file():
-            for line in path.read_text().splitlines():
-                data = json.loads(line)
-                if data.get("result"):
-                    yield path.name, str(data["row"].get("task")), "", data["result"]
-            continue
-        for db_path in sorted(path.rglob("candidates.db")):
-            with closing(sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)) as db:
-                query = "SELECT task, COALESCE(origin, label, ''), result FROM candidates WHERE result IS NOT NULL"
-                for task, label, result in db.execute(query):
-                    yield db_path.parent.parent.name, task, label, json.loads(result)
-
-
-def replay(source: str, task: str, label: str, result: dict[str, Any]) -> Replayed | None:
+def replay(stored: Stored) -> Replayed | None:
     """The CPU's two views of one GPU result's main samples; None where it has none."""
-    t = result.get("timing") or {}
+    t = stored.result.get("timing") or {}
     if not str(t.get("device", "")).startswith("cuda") or not t.get("ref_wall_ms"):
         return None
     probe = PairedOutcome(
@@ -90,9 +72,9 @@ def replay(source: str, task: str, label: str, result: dict[str, Any]) -> Replay
     quotient, _ = clock._clock_quotient(probe, ref_gap, noise, DISAGREEMENT)
     n = len(probe.ref_ms)
     return Replayed(
-        source,
-        task,
-        label,
+        stored.source,
+        stored.task,
+        stored.origin or stored.label,
         n,
         events,
         net.median,
@@ -108,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("results", nargs="+", type=Path, help="verify rows files or run directories")
     ap.add_argument("--show", type=int, default=20, help="list this many flagged results, widest gap first")
     args = ap.parse_args(argv)
-    found = [r for item in stored(args.results) if (r := replay(*item)) is not None]
+    found = [r for item in stored_results(args.results) if (r := replay(item)) is not None]
     flagged = [r for r in found if r.flagged_net or r.flagged_quotient]
     table = Table(title="GPU results the CPU's clock views would flag", title_justify="left")
     for col in ("source", "task", "label", "n", "events", "net wall [hi]", "quotient"):

@@ -130,20 +130,38 @@ def load_logs(host: Path) -> tuple[str, str]:
     return texts["dmon.txt"], texts["pmon.txt"]
 
 
-def windows(paths: list[Path]) -> Iterator[Window]:
+@dataclass(frozen=True)
+class Stored:
+    """One stored result and where it came from."""
+
+    source: str  # the rows file's name, or the run directory holding the database
+    task: str
+    label: str  # the candidate's label in a run ("" for a verify row)
+    origin: str  # its provenance chain in a run ("" for a verify row)
+    result: dict[str, Any]  # ``EvalResult.to_dict`` form
+
+
+def stored_results(paths: list[Path]) -> Iterator[Stored]:
+    """Every stored result under ``paths``: verify rows files (``*.rows.jsonl``) and run
+    directories (each ``candidates.db`` below, opened read-only: an analysis must not migrate or
+    lock a run's database)."""
     for path in paths:
         if path.is_file():
             for line in path.read_text().splitlines():
                 data = json.loads(line)
                 if data.get("result"):
-                    yield from _window(EvalResult.from_dict(data["result"]), str(data["row"].get("task")), "")
+                    yield Stored(path.name, str(data["row"].get("task")), "", "", data["result"])
             continue
         for db_path in sorted(path.rglob("candidates.db")):
-            # Read-only: an analysis must not migrate or lock a run's database.
             with closing(sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)) as db:
-                query = "SELECT task, label, result FROM candidates WHERE result IS NOT NULL"
-                for task, label, result in db.execute(query):
-                    yield from _window(EvalResult.from_dict(json.loads(result)), task, label)
+                query = "SELECT task, label, origin, result FROM candidates WHERE result IS NOT NULL"
+                for task, label, origin, result in db.execute(query):
+                    yield Stored(db_path.parent.parent.name, task, label or "", origin or "", json.loads(result))
+
+
+def windows(paths: list[Path]) -> Iterator[Window]:
+    for s in stored_results(paths):
+        yield from _window(EvalResult.from_dict(s.result), s.task, s.label)
 
 
 def _window(result: EvalResult, task: str, label: str) -> Iterator[Window]:

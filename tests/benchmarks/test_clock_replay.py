@@ -11,6 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 from clock_replay import main, replay  # noqa: E402
+from gpu_sharing import Stored  # noqa: E402
 
 
 def _result(ref_call: float, cand_call: float, cand_wall_call: float, device: str = "cuda:0") -> dict:
@@ -31,11 +32,11 @@ def _result(ref_call: float, cand_call: float, cand_wall_call: float, device: st
 
 
 def test_a_forged_worker_clock_is_flagged_and_an_honest_one_is_not():
-    honest = replay("rows", "t", "", _result(1.0, 0.5, 0.5))
-    forged = replay("rows", "t", "", _result(1.0, 0.5, 1.0))  # the events say 2x, the wall 1x
+    honest = replay(Stored("rows", "t", "", "", _result(1.0, 0.5, 0.5)))
+    forged = replay(Stored("rows", "t", "", "", _result(1.0, 0.5, 1.0)))  # the events say 2x, the wall 1x
     assert honest is not None and not honest.flagged_net and not honest.flagged_quotient
     assert forged is not None and forged.flagged_net and forged.events == 2.0
-    assert replay("rows", "t", "", _result(1.0, 0.5, 1.0, device="cpu")) is None  # GPU results only
+    assert replay(Stored("rows", "t", "", "", _result(1.0, 0.5, 1.0, device="cpu"))) is None  # GPU results only
 
 
 def test_the_summary_counts_what_each_view_flags(tmp_path: Path, capsys):
