@@ -68,6 +68,29 @@ def test_windows_nest_and_leaving_waits_for_the_other_devices_window():
     assert left.is_set() and w.holds == 0
 
 
+def test_two_devices_windows_that_stopped_the_same_workers_each_close_their_own():
+    """Two windows open at once (two devices' timings) that stopped the same workers hold equal
+    lists: closing one must not close the other's. It did (``list.remove`` by equality): a worker
+    that began loading after the first closed was stopped under a closed window and never let
+    go, and the second's close raised; every candidate of the pool waited on it (the learning
+    check's arms over two H200s, 2026-11-28: the GPUs idle for 7 minutes)."""
+    quiet = QuietWindows()
+    w = FakeWorker()
+    quiet.enter_loading(w)
+    with quiet.window():
+        with quiet.window():
+            assert w.holds == 2
+        late = FakeWorker()
+        quiet.enter_loading(late)  # only the outer window is open: stopped once, by it
+        assert (w.holds, late.holds) == (1, 1)
+    assert (w.holds, late.holds) == (0, 0)
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (quiet.leave_loading(late), done.set()), daemon=True)
+    t.start()
+    t.join(5)
+    assert done.is_set()  # no window is open any more
+
+
 def test_inside_windows_the_gil_changes_hands_quickly():
     """The trusted clock's thread gets the GIL within the short interval while any window is open."""
     quiet = QuietWindows()

@@ -110,7 +110,10 @@ class QuietWindows:
                 yield len(stopped)
         finally:
             with self._cond:
-                self._windows.remove(stopped)
+                # By identity: two devices' windows that stopped the same workers hold equal
+                # lists, and ``list.remove`` would take the other's (its workers then stayed
+                # stopped for good, and the pool with them).
+                self._windows = [w for w in self._windows if w is not stopped]
                 for worker in stopped:
                     worker.resume()
                 self._cond.notify_all()
