@@ -32,7 +32,7 @@ from cudal1.config import EvalConfig, PoolConfig, RewardConfig, Transform
 from cudal1.eval.pool_kinds import make_pool
 from cudal1.run.database import CandidateDB
 from cudal1.run.directory import RunDirectory, start_session
-from cudal1.run.rows import Provenance
+from cudal1.run.rows import CandidateStatus, Provenance
 from cudal1.schema import EvalResult, Task, source_hash
 from cudal1.search.lifecycle import Proposal, evaluate_rows, store_proposals
 from cudal1.search.parsing import extract
@@ -90,10 +90,18 @@ class Arm:
 
 
 def measure_arms(
-    out: Path, tasks: Sequence[Task], eval_cfg: EvalConfig, pool_cfg: PoolConfig, *, cuda: bool
+    out: Path,
+    tasks: Sequence[Task],
+    eval_cfg: EvalConfig,
+    pool_cfg: PoolConfig,
+    *,
+    cuda: bool,
+    known: Sequence[Path] = (),
 ) -> None:
     """Store every arm of every task in the run directory ``out`` and evaluate what is pending:
-    a killed call resumes where it stopped, a finished one evaluates nothing."""
+    a killed call resumes where it stopped, a finished one evaluates nothing. ``known``: other
+    arms databases (lanes of one GPU machine that each measured some tasks, ``--tasks``, into a
+    ``--work`` of their own) whose results are taken over instead of measured again."""
     run = RunDirectory(out)
     by_name = {t.name: t for t in tasks}
     with run.session() as db:
@@ -101,10 +109,28 @@ def measure_arms(
         for task in tasks:
             proposals = [Proposal(arm_label(s), arm_source(task, s)) for s in arm_stacks(task, cuda=cuda)]
             store_proposals(db, task, proposals, Provenance(backend=ARM_BACKEND, run_id=run_id))
+        for path in known:
+            adopt_arms(db, tasks, path)
         pending = [r for r in db.pending() if r.task in by_name]
         if pending:
             with make_pool(eval_cfg, pool_cfg) as pool:
                 asyncio.run(evaluate_rows(db, pool, by_name, pending))
+
+
+def adopt_arms(db: CandidateDB, tasks: Sequence[Task], path: Path) -> int:
+    """Record the results ``path`` (an arms database) holds for arms ``db`` has pending; returns
+    how many. Only a result for the same task and the very same source is taken."""
+    if not path.is_file():
+        raise SystemExit(f"--arms-from: no arms database at {path}")
+    taken = 0
+    with CandidateDB(path) as other:
+        for t in tasks:
+            for row in other.evaluated(t.name):
+                mine = db.find_by_hash(t.name, source_hash(row.source))
+                if row.result is not None and mine is not None and mine.status is CandidateStatus.PENDING:
+                    db.record_result(mine.id, row.result)
+                    taken += 1
+    return taken
 
 
 def read_arms(db: CandidateDB, tasks: Sequence[Task], reward: RewardConfig) -> dict[str, list[Arm]]:

@@ -131,6 +131,7 @@ def prepare(work: Path, tasks: list[Task], args: argparse.Namespace) -> None:
         eval_config(args.device, 2.0),
         pool_config(args.device, args.eval_devices or ()),
         cuda=args.device == "cuda",
+        known=[d / "arms" / DB_FILE for d in args.arms_from],
     )
     arms = load_arms(work, tasks, args)
     if not (work / "shown.db").is_file():
@@ -261,6 +262,11 @@ def main() -> None:
     parser.add_argument(
         "--eval-devices", nargs="*", default=None,
         help="GPUs the evaluator times on (prepare, GRPO's rewards, remeasure), e.g. cuda:0 cuda:1",
+    )
+    parser.add_argument(
+        "--arms-from", nargs="+", type=Path, default=[], metavar="WORK",
+        help="prepare: take the arms other --work folders measured (lanes that split --tasks) instead of"
+        " measuring them again",
     )
     args = parser.parse_args()
     if args.device == "auto":

@@ -216,16 +216,21 @@ if [[ $what == train ]]; then
       COLUMNS=${COLUMNS:-200} timeout -s INT -k 45 "$(within "${LEARNING_CHECK_S:-540}")" python3 benchmarks/learning_check.py \
         --stage "${stages[@]:-all}" --resume "$@" 2>&1 | tee "$OUT/learning-check-$name.log"
       rc=${PIPESTATUS[0]}
-      w=runs/learning-check; keep=$(mktemp -d)/learning-check; mkdir -p "$keep"
+      # --work DIR (default runs/learning-check): lanes that split the arms by --tasks each keep their own.
+      w=runs/learning-check; prev=
+      for arg in "$@"; do [[ $prev == --work ]] && w=$arg; [[ $arg == --work=* ]] && w=${arg#--work=}; prev=$arg; done
+      keep=$(mktemp -d)/$(basename "$w"); mkdir -p "$keep"
       cp "$w/learning-check.json" "$OUT/" 2>/dev/null
-      for d in arms remeasure; do [[ -d $w/$d ]] && mkdir -p "$keep/$d" && cp "$w/$d"/*.db "$w/$d"/*.log "$keep/$d/" 2>/dev/null; done
-      cp "$w/shown.db" "$keep/" 2>/dev/null
+      # A database is its file and its write-ahead log (-wal): the script has exited, so the two
+      # copied together are whole. The file alone came back empty (2026-11-28: no arms table).
+      for d in arms remeasure; do [[ -d $w/$d ]] && mkdir -p "$keep/$d" && cp "$w/$d"/*.db* "$w/$d"/*.log "$keep/$d/" 2>/dev/null; done
+      cp "$w"/shown.db* "$keep/" 2>/dev/null
       for s in "$w"/seed-*; do
         [[ -d $s/samples ]] && mkdir -p "$keep/${s##*/}" && cp -r "$s/samples" "$keep/${s##*/}/"
         for k in grpo control ablation; do cp "$s/$k/steps.jsonl" "$keep/${s##*/}/$k-steps.jsonl" 2>/dev/null; done
       done
       # One archive: the device tool brings back at most 8 files, 2 folders down.
-      tar -czf "$OUT/learning-check.tar.gz" -C "${keep%/*}" learning-check ;;
+      tar -czf "$OUT/$(basename "$w").tar.gz" -C "${keep%/*}" "$(basename "$w")" ;;
     bench) python3 benchmarks/training.py "$@" 2>&1 | tee "$OUT/bench-training.log"; rc=${PIPESTATUS[0]} ;;
     stages) bash scripts/train-stages.sh "$OUT" 2>&1 | tee "$OUT/train-stages.log"; rc=${PIPESTATUS[0]} ;;
     *) echo "train: unknown part $part (learning-check|bench|stages)" >&2; rc=2 ;;

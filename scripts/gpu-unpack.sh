@@ -2,7 +2,7 @@
 # Unpacks what a device call brought back (its files_at folder) into runs/, where the next call
 # resumes from (carry the folders it names): the benchmark's run directory (best-known.tar.gz,
 # or best-known-shard-K-of-N.tar.gz a shard), a verify's --json-out report and rows (into runs/verify), the
-# learning check's state (learning-check.tar.gz). Lanes' archives (lane-K.tar.gz) are opened
+# learning check's state (learning-check.tar.gz, or learning-check-PART.tar.gz a lane's own --work). Lanes' archives (lane-K.tar.gz) are opened
 # first; what is already under runs/ is replaced by the newer copy.
 #
 #   bash scripts/gpu-unpack.sh /work/.device/3
@@ -25,13 +25,15 @@ for dir in "$src" "$tmp"/lane-*; do
     echo "runs/$(tar -tzf "$bk" | head -n 1 | cut -d/ -f1-2) <- ${dir#"$tmp"/}"
     found=1
   done
-  if [[ -f $dir/learning-check.tar.gz ]]; then
+  for lc in "$dir"/learning-check*.tar.gz; do
+    [[ -f $lc ]] || continue
     # Lanes share one runs/learning-check on the GPU machine, and each packs all of it: a lane that
     # packed earlier holds older copies of another lane's files, which must not replace newer ones.
-    tar -xzf "$dir/learning-check.tar.gz" -C runs --keep-newer-files 2>&1 | grep -v 'is newer or same age' || true
-    echo "runs/learning-check <- ${dir#"$tmp"/}"
+    # A lane given its own --work runs/learning-check-PART packs that folder under its own name.
+    tar -xzf "$lc" -C runs --keep-newer-files 2>&1 | grep -v 'is newer or same age' || true
+    echo "runs/$(basename "$lc" .tar.gz) <- ${dir#"$tmp"/}"
     found=1
-  fi
+  done
   for rows in "$dir"/*.rows.jsonl; do
     [[ -f $rows ]] || continue
     mkdir -p runs/verify

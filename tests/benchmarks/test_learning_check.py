@@ -19,6 +19,7 @@ from learning_arms import (  # noqa: E402
     Arm,
     PremeasuredReward,
     ShuffledReward,
+    adopt_arms,
     arm_label,
     arm_source,
     arm_stacks,
@@ -131,6 +132,28 @@ def test_a_sample_that_writes_an_arm_gets_its_stored_result(tmp_path):
         row = db.find_by_hash(GEMM_TASK.name, source_hash(source))
         assert row is not None and row.speedup == pytest.approx(1.6) and row.label == "torch-compile-default"
         assert len(db.evaluated(GEMM_TASK.name)) == 1 and len(inner.calls) == 2
+
+
+def test_arms_another_lane_measured_are_taken_over_for_the_same_task_and_source_only(tmp_path):
+    """Lanes that split the arms by --tasks each measure into their own --work; prepare
+    --arms-from takes their results for the arms it has pending, and nothing else."""
+    measured, unmeasured = "class ModelNew:\n    ARM = 1\n", "class ModelNew:\n    ARM = 2\n"
+    other_task = TASKS["3_softmax"]
+    with CandidateDB(tmp_path / "lane.db") as lane:
+        for task in (GEMM_TASK, other_task):
+            cid = lane.add_candidate(task, measured, label="torch-compile-default")
+            lane.record_result(cid, make_result(task.name, measured, 1.6 if task is GEMM_TASK else 9.0))
+        lane.add_candidate(GEMM_TASK, unmeasured, label="cuda-graph")  # still pending there
+    with CandidateDB(tmp_path / "mine.db") as mine:
+        for source in (measured, unmeasured):
+            mine.add_candidate(GEMM_TASK, source)
+        assert adopt_arms(mine, [GEMM_TASK], tmp_path / "lane.db") == 1
+        assert adopt_arms(mine, [GEMM_TASK], tmp_path / "lane.db") == 0  # done once
+        [row] = mine.evaluated(GEMM_TASK.name)
+        assert row.source == measured and row.speedup == pytest.approx(1.6)
+        assert [r.source for r in mine.pending()] == [unmeasured]
+    with pytest.raises(SystemExit, match="no arms database"):
+        adopt_arms(mine, [GEMM_TASK], tmp_path / "missing.db")
 
 
 def test_the_paired_interval_sees_a_shift_the_spread_between_tasks_would_hide():
