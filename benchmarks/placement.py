@@ -19,7 +19,9 @@ to back on fresh inputs, CUDA events), and pairs each copy with copy 0.
 - The copies of one process disagree as much as processes do: memory placement is the cause, and
   averaging over placements (or widening by their scatter) is the remedy.
 - The copies agree (to about their intervals) while the processes' copy 0 scatter: the bias is the
-  process's own, not its memory's; the reproducibility floor covers it.
+  process's own, not its memory's; the reproducibility floor covers it. Each process also lists
+  the kernels one call launches: processes that chose different kernels for the same code
+  (cuDNN's and cuBLAS's heuristics run in each) are told apart from those that did not.
 
 On an H200 (2026-11-28, ``--processes 3 --samples 100``, 4 copies; the script then moved only the
 copies' weights, its lead was a fixed 20 us a call, and its copies' inputs and activations most
@@ -38,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import itertools
 import json
 import random
 import subprocess
@@ -114,6 +117,20 @@ def time_calls(model: Any, inputs: list[Any], calls: int, lead_us: float, flush:
         return begin.elapsed_time(end) / calls, behind
 
 
+def kernel_names(model: Any, inputs: list[Any], device: torch.device) -> list[str]:
+    """The GPU kernels one call launches, in order (empty on a CPU): two processes that time the
+    same code apart may have chosen different kernels for it (cuDNN's and cuBLAS's heuristics run
+    in each process), which placement cannot explain."""
+    if device.type != "cuda":
+        return []
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        model(*inputs)
+        sync(device)
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
 def own_pool(device: torch.device) -> Any:
     """A memory pool of its own for one copy (``torch.cuda.MemPool``), or None on a CPU."""
     return torch.cuda.MemPool() if device.type == "cuda" else None
@@ -165,7 +182,7 @@ def child(task: Task, clones: int, samples: int, device: torch.device, seed: int
             behind += late
             where[c] = where[c] or next((x.data_ptr() for x in inputs if isinstance(x, torch.Tensor)), 0)
     return {"task": task.name, "calls": calls, "lead_us": lead_us, "behind": behind, "input_at": where,
-            "ms": times.tolist()}
+            "kernels": kernel_names(model, warm, device), "ms": times.tolist()}
 
 
 def ratio_interval(a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> tuple[float, float, float]:
@@ -238,6 +255,21 @@ def main() -> None:
             if args.json:  # after every process: a run cut off keeps what it measured
                 args.json.write_text(json.dumps(rows))
         console.print(table([r for r in rows if r["task"] == name]))  # each task's table once it is done
+        console.print(same_kernels([r for r in rows if r["task"] == name]))
+
+
+def same_kernels(rows: list[dict[str, Any]]) -> str:
+    """Whether every process of a task launched the same kernels for one call, and if not, the
+    first call position where they part."""
+    seqs = [r.get("kernels", []) for r in rows]
+    if not seqs or not any(seqs):
+        return "kernels: not recorded"
+    if all(s == seqs[0] for s in seqs):
+        return f"kernels: the same {len(seqs[0])} in every process"
+    for i, names in enumerate(itertools.zip_longest(*seqs, fillvalue="-")):
+        if len(set(names)) > 1:
+            return f"kernels DIFFER at launch {i}: " + " | ".join(n[:60] for n in names)
+    return "kernels differ"
 
 
 if __name__ == "__main__":
