@@ -70,7 +70,7 @@ if [[ $what == lanes ]]; then
        ps -eo pid,ppid,stat,etime,pcpu,rss,args --sort=-pcpu | cut -c1-160 | head -30
        if command -v py-spy >/dev/null; then
          for pid in $(pgrep -f 'cudal1|pytest|benchmarks/' | head -8); do
-           timeout 20 py-spy dump --pid "$pid" 2>&1 | head -40
+           timeout 20 py-spy dump --pid "$pid" 2>&1 | head -"${LANE_STACK_LINES:-200}"
          done
        fi
      done
@@ -144,7 +144,15 @@ if [[ $what == placement ]]; then
   rc=${PIPESTATUS[0]}
 fi
 if [[ $what == optimize ]]; then
-  python3 -m cudal1.cli optimize "$@" 2>&1 | tee "$OUT/optimize.log" || rc=1
+  # optimize ARGS --out runs/NAME: the run directory comes back as $OUT/optimize-NAME.tar.gz
+  # (gpu-unpack.sh puts it in runs/; carry it and add --resume to go on from another machine).
+  run=; prev=
+  for arg in "$@"; do [[ $prev == --out ]] && run=$arg; [[ $arg == --out=* ]] && run=${arg#--out=}; prev=$arg; done
+  # Stopped with SIGINT (optimize keeps what it stored) a minute before the lane ends, so it still packs.
+  COLUMNS=${COLUMNS:-160} timeout -s INT -k 45 "$(within "${OPTIMIZE_S:-540}")" python3 -m cudal1.cli optimize "$@" \
+    2>&1 | tee "$OUT/optimize.log"
+  rc=${PIPESTATUS[0]}
+  [[ -n $run && -d $run ]] && tar -czf "$OUT/optimize-$(basename "$run").tar.gz" -C "$(dirname "$run")" "$(basename "$run")"
 fi
 if [[ $what == verify ]]; then
   # verify RECORDS [ARGS]: the report JSON (and its .rows.jsonl) go to $OUT unless --json-out is given.

@@ -2,7 +2,7 @@
 # Unpacks what a device call brought back (its files_at folder) into runs/, where the next call
 # resumes from (carry the folders it names): the benchmark's run directory (best-known.tar.gz,
 # or best-known-shard-K-of-N.tar.gz a shard), a verify's --json-out report and rows (into runs/verify), the
-# learning check's state (learning-check.tar.gz, or learning-check-PART.tar.gz a lane's own --work). Lanes' archives (lane-K.tar.gz) are opened
+# run directory of optimize --out runs/NAME (optimize-NAME.tar.gz), the learning check's state (learning-check.tar.gz, or learning-check-PART.tar.gz a lane's own --work). Lanes' archives (lane-K.tar.gz) are opened
 # first; what is already under runs/ is replaced by the newer copy.
 #
 #   bash scripts/gpu-unpack.sh /work/.device/3
@@ -23,6 +23,12 @@ for dir in "$src" "$tmp"/lane-*; do
     [[ -f $bk ]] || continue
     tar -xzf "$bk" -C runs
     echo "runs/$(tar -tzf "$bk" | head -n 1 | cut -d/ -f1-2) <- ${dir#"$tmp"/}"
+    found=1
+  done
+  for run in "$dir"/optimize-*.tar.gz; do
+    [[ -f $run ]] || continue
+    tar -xzf "$run" -C runs
+    echo "runs/$(tar -tzf "$run" | head -n 1 | cut -d/ -f1) <- ${dir#"$tmp"/}"
     found=1
   done
   for lc in "$dir"/learning-check*.tar.gz; do
