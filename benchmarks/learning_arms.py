@@ -48,8 +48,10 @@ _CONV_ONLY = frozenset({"channels-last", "cudnn-benchmark"})
 _CUDA_ONLY = frozenset({"cudnn-benchmark", "cuda-graph", "torch-compile-reduce-overhead"})
 
 
-def arm_stacks(task: Task, *, cuda: bool, depth: int = 3) -> list[tuple[Transform, ...]]:
-    """Every stack of the task, innermost first, the reference (no block) included."""
+def arm_stacks(task: Task, *, cuda: bool, depth: int = 4) -> list[tuple[Transform, ...]]:
+    """Every stack of the task, innermost first, the reference (no block) included. Depth 4 holds
+    every wrapper over a compile mode: at depth 3 the GRPO policies on four H200s wrote that stack
+    (not an arm) and paid a fresh evaluation with its build for it in a step (2026-11-28)."""
     compiles: list[Transform | None] = [None, "torch-compile-default", "torch-compile-reduce-overhead"]
     wrappers = [w for w in _WRAPPERS if uses_conv2d(task) or w not in _CONV_ONLY]
     stacks = []

@@ -48,26 +48,32 @@ stops the script at 540 s (SIGINT) so the device tool's 10 minutes are not reach
 call again resumes (arms and re-measurements pending are evaluated, GRPO restarts from its last
 checkpoint, every 5 steps):
 
-1. ``prepare``: 48 arms (2 conv tasks x 19, 2 others x 5): 8-15 GPU min, 1-2 calls;
+1. ``prepare``: 50 arms (2 conv tasks x 20, 2 others x 5): 8-15 GPU min, 1-2 calls;
 2. ``sft grpo control --seeds N``, for N = 0, 1, 2: SFT about 1 min (200 steps), each GRPO run
    2-4 min when the samples write arms (copied in, no build) and a stray program that parses
    costs one evaluation: 6-9 min, one call per seed (3 calls);
 3. ``ablation --seeds 0 1 2``: an SFT and a GRPO run per seed, 3-5 min each: 2 calls;
-4. ``remeasure report``: every distinct program of the 12 sampled policies, at most the 48 arms
+4. ``remeasure report``: every distinct program of the 12 sampled policies, at most the 50 arms
    plus stray programs, about 50-80 evaluations: 10-20 min, 2 calls.
 
-In all 8-9 calls, about 60-90 GPU minutes. On a machine of several GPUs (one call costs the
-budget what one GPU's does), lanes of ``gpu-check.sh`` run it in about three calls:
-``lanes '0,1:train learning-check prepare --eval-devices cuda:0 cuda:1'`` (the arms over both GPUs),
-then one seed a lane (``'0:train learning-check sft grpo control --seeds 0' '1:... --seeds 1'``,
-then seed 2 and the ablations), then ``remeasure report --eval-devices ...`` over every GPU. The
-lanes share ``--work`` on that machine; each stops a minute before its lane ends and packs it all,
-and ``gpu-unpack.sh`` keeps the newest copy of each file. What must survive between calls is small (``arms/``,
-``shown.db``, ``seed-N/samples/``, ``remeasure/``): the script packs it into
-``$OUT/learning-check.tar.gz``; unpacked into ``runs/`` here, a fresh machine gets it back by
-carrying ``runs/learning-check``. A
-seed's ``sft`` must share its call with its ``grpo`` and ``control`` (they start from its
-model). ``--seeds`` and ``--tasks`` scale the whole plan down.
+In all 8-9 calls, about 60-90 GPU minutes. Measured on four H200s (2026-11-28): ``prepare``
+over three of them (``--eval-devices cuda:0 cuda:1 cuda:2``, 18 workers) measured the 48 arms
+of the time (stacks of 3 blocks at most) inside one call's 480 s; a GRPO run of 30 steps took
+246 s of training when its samples mostly wrote arms (the ablation), but 13-21 steps in 400 s when about one sample a step wrote a program
+no arm has (a stack of four blocks, a block twice), each a fresh evaluation with its torch.compile
+build (20-50 s a step). A seed's ``sft grpo control`` does not fit one call, and its models (about
+20 MB, more with the optimizer's state) cannot come back from the device. So on a machine of
+several GPUs each trained policy gets a lane and a ``--work`` of its own, started from the
+measured arms (``--from runs/learning-check``), and trains its own SFT policy first (seeded: the
+control's SFT run repeats the GRPO lane's; ``take_from`` reports it if their samples differ):
+
+1. ``lanes '0:train learning-check sft grpo --seeds 0 --from runs/learning-check --work
+   runs/learning-check-s0-grpo' '1:train learning-check sft control --seeds 0 --from ... --work
+   runs/learning-check-s0-control' ...`` (one lane a policy: 3 seeds x 2 plus the ablations);
+2. gpu-unpack.sh brings each lane's folder back as ``runs/learning-check-PART``; then
+   ``remeasure report --from runs/learning-check-s0-grpo runs/learning-check-s0-control ...
+   --eval-devices cuda:0 cuda:1 cuda:2 cuda:3`` on the main ``--work`` gathers every policy's
+   samples and measures them afresh over every GPU.
 
 On a CPU (``--device cpu``, CPU task sizes) the CUDA-only blocks do nothing, so the arms are
 torch.compile and channels_last and the tasks are small: torch.compile is usually slower than
@@ -228,6 +234,29 @@ def stage_grpo(work: Path, tasks: list[Task], args: argparse.Namespace, seed: in
     save_samples(work, tasks, args, seed, POLICY_OF[kind], out)
 
 
+def take_from(work: Path, sources: list[Path]) -> None:
+    """Start ``work`` from other work folders: their measured arms and ``shown.db`` where ``work``
+    has none (a lane of one GPU machine training one policy in a folder of its own), and every
+    policy's samples ``work`` lacks (the lanes' samples gathered for ``remeasure``). A policy's
+    samples found twice and different are reported, and the first kept."""
+    work.mkdir(parents=True, exist_ok=True)
+    for src in sources:
+        if not (src / "shown.db").is_file() or not (src / "arms").is_dir():
+            raise SystemExit(f"--from {src}: no measured arms there (arms/ and shown.db)")
+        if not (work / "shown.db").is_file():
+            shutil.copytree(src / "arms", work / "arms", dirs_exist_ok=True)
+            for f in src.glob("shown.db*"):
+                shutil.copy2(f, work / f.name)
+        for sample in sorted(src.glob("seed-*/samples/*.json")):
+            mine = work / sample.relative_to(src)
+            if not mine.is_file():
+                mine.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(sample, mine)
+                console.print(f"{mine.relative_to(work)} <- {src}")
+            elif mine.read_bytes() != sample.read_bytes():
+                console.print(f"[yellow]{mine.relative_to(work)}: {src} holds other samples; kept the first[/yellow]")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -268,12 +297,19 @@ def main() -> None:
         help="prepare: take the arms other --work folders measured (lanes that split --tasks) instead of"
         " measuring them again",
     )
+    parser.add_argument(
+        "--from", dest="sources", nargs="+", type=Path, default=[], metavar="WORK",
+        help="start --work from these work folders: their arms and shown.db where --work has none, and the"
+        " policies' samples it lacks (a lane's own --work; the lanes' samples gathered for remeasure)",
+    )
     args = parser.parse_args()
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     stages = STAGES if "all" in args.stage else tuple(args.stage)
     if "prepare" in stages and args.work.is_dir() and any(args.work.iterdir()) and not args.resume:
         raise SystemExit(f"{args.work} is not empty: pass --resume to continue it, or another --work")
+    if args.sources:
+        take_from(args.work, args.sources)
     tasks = named_tasks(
         args.tasks or (GPU_TASKS if args.device == "cuda" else CPU_TASKS),
         "gpu" if args.device == "cuda" else "cpu",

@@ -42,8 +42,9 @@ TASKS = {t.name: t for t in bundled_tasks("cpu")}
 def test_arms_are_stacks_in_one_order_and_conv_blocks_only_for_convolutions():
     conv, softmax = TASKS["2_conv2d"], TASKS["3_softmax"]
     gpu = [arm_label(s) for s in arm_stacks(conv, cuda=True)]
-    assert len(gpu) == len(set(gpu)) == 19 and REFERENCE_ARM in gpu
-    assert "torch-compile-default+channels-last+cuda-graph" in gpu  # depth 3 at most
+    assert len(gpu) == len(set(gpu)) == 20 and REFERENCE_ARM in gpu
+    assert "torch-compile-default+channels-last+cudnn-benchmark+cuda-graph" in gpu  # every wrapper at once
+    assert len([arm_label(s) for s in arm_stacks(conv, cuda=True, depth=3)]) == 19
     assert not any("reduce-overhead" in a and "cuda-graph" in a for a in gpu)
     assert [arm_label(s) for s in arm_stacks(softmax, cuda=True)] == [
         REFERENCE_ARM,
@@ -213,3 +214,29 @@ def test_the_evaluator_pool_spreads_over_every_eval_device_given():
     assert two.devices == ("cuda:0", "cuda:1") and two.workers == 12
     assert pool_config("cuda").devices == () and pool_config("cuda").workers == 6
     assert pool_config("cpu", ["cpu:0"]).devices == ()
+
+
+def test_lanes_of_one_machine_start_from_the_arms_and_their_samples_are_gathered(tmp_path):
+    """A lane trains one policy in a --work of its own, started from the measured arms (--from);
+    before remeasure, the lanes' samples are gathered into one folder the same way."""
+    from learning_check import take_from
+
+    def lane(name: str, samples: dict[str, str]) -> Path:
+        root = tmp_path / name
+        (root / "arms").mkdir(parents=True)
+        (root / "arms" / "candidates.db").write_text("arms")
+        (root / "shown.db").write_text("shown")
+        for policy, text in samples.items():
+            (root / "seed-0" / "samples").mkdir(parents=True, exist_ok=True)
+            (root / "seed-0" / "samples" / f"{policy}.json").write_text(text)
+        return root
+
+    grpo = lane("grpo", {"sft": "A", "grpo": "G"})
+    control = lane("control", {"sft": "B", "control": "C"})  # its own SFT run: other samples
+    work = tmp_path / "work"
+    take_from(work, [grpo, control])
+    got = {p.stem: p.read_text() for p in (work / "seed-0" / "samples").glob("*.json")}
+    assert got == {"sft": "A", "grpo": "G", "control": "C"}  # the first lane's SFT samples kept
+    assert (work / "shown.db").read_text() == "shown" and (work / "arms" / "candidates.db").is_file()
+    with pytest.raises(SystemExit, match="no measured arms"):
+        take_from(work, [tmp_path / "empty"])
