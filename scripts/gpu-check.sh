@@ -15,7 +15,9 @@
 # LEARNING_CHECK_S (540 s; in a lane, 60 s before the lane ends at the latest) with SIGINT so that the call
 # returns with its state packed; the same call resumes. Its small state
 # (arms, shown.db, samples, re-measurements) comes back as $OUT/learning-check.tar.gz: unpack it
-# into runs/ and carry runs/learning-check on a fresh machine. train [bench|stages]: the other training checks of issue 11.
+# into runs/ and carry runs/learning-check on a fresh machine. A lane with its own --work runs/learning-check-PART
+# (one policy a lane: sft grpo --seeds N --from runs/learning-check --work ...) comes back as learning-check-PART.tar.gz.
+# train [bench|stages]: the other training checks of issue 11.
 set -uo pipefail
 OUT=${OUT:-/tmp/cudal1-out}
 mkdir -p "$OUT"
