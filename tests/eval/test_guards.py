@@ -11,7 +11,7 @@ import json
 import pytest
 
 from cudal1.audit import cases_dir
-from cudal1.config import GuardConfig
+from cudal1.config import GuardConfig, ToleranceConfig
 from cudal1.eval.checks.drift import baseline_path, drift_finding
 from cudal1.eval.checks.global_state import observation_findings, side_stream_findings
 from cudal1.eval.checks.precision import PrecisionLevels, effective_precision, precision_finding
@@ -200,6 +200,62 @@ def test_fp16_arithmetic_in_an_fp32_task_is_reduced_precision(cfg):
         update={"guards": GuardConfig(perturbed_elements=0, input_range=False, precision_policy="allow_half")}
     )
     assert "reduced_precision" not in _codes(evaluate(_task("softmax_wide"), src, relaxed))
+
+
+CONV_SIGMOID_SUM = """
+import torch, torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 32, 3)
+
+    def forward(self, x):
+        h = torch.nn.functional.max_pool2d(self.conv(x), 2)
+        return torch.sigmoid(h).sum(dim=(2, 3))
+
+def get_inputs():
+    return [torch.randn(32, 8, 32, 32)]
+
+def get_init_inputs():
+    return []
+"""
+# The task's convolution with its operands rounded to TF32 (round to nearest, ties away), as
+# cuDNN's TF32 algorithms do: what channels_last or torch.compile gets on a GPU by default.
+TF32_CONV = """
+import torch, torch.nn as nn, torch.nn.functional as F
+
+def tf32(x):
+    bits = x.contiguous().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 32, 3)
+
+    def forward(self, x):
+        h = F.max_pool2d(F.conv2d(tf32(x), tf32(self.conv.weight), self.conv.bias), 2)
+        return torch.sigmoid(h).sum(dim=(2, 3)){extra}
+"""
+
+
+def test_tf32_convolutions_pass_the_probes_where_their_error_outgrows_the_tolerance(cfg):
+    """On an H200 every transform of a conv + maxpool + sigmoid + sum task (TF32 convolutions,
+    which the 'task' policy allows) was 0.5x the tolerance on the task's inputs and 1.2x on the
+    input-range probe's, and failed there (2026-11-28). A tolerance tight enough for the same to
+    happen on a CPU: the probes' sets calibrate the allowance now, and a near miss there that it
+    explains passes, noted; the task's own sets keep the tolerance."""
+    guards = GuardConfig(conv_tf32="any_device", perturbed_elements=0)
+    tight = cfg.model_copy(update={"guards": guards, "tolerance": ToleranceConfig(fp32=4e-5)})
+    task = Task("conv_sigmoid_sum", CONV_SIGMOID_SUM)
+    honest = evaluate(task, TF32_CONV.format(extra=""), tight)
+    assert honest.correct and not honest.rejected, (honest.error, _codes(honest))
+    assert honest.correctness is not None and honest.correctness.max_rel_err < 1
+    noted = {k: v for k, v in honest.environment.probes.items() if "past_tolerance" in v}
+    assert "input_range" in noted and all(v["ok"] for v in noted.values()), honest.environment.probes
+    off = evaluate(task, TF32_CONV.format(extra=" + 0.01"), tight)  # about 2x the tolerance more
+    assert not off.correct and "differs" in off.error
 
 
 def test_precision_levels():

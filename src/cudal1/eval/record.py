@@ -116,8 +116,9 @@ class EvaluationRecord:
         self.environment = dataclasses.replace(self.environment, **facts)
 
     def note_probe(self, probe: str, facts: dict[str, Any]) -> None:
-        """What a behavioural probe did or why it was skipped (``checks.probes``)."""
-        self.note(probes={**self.environment.probes, probe: facts})
+        """What a behavioural probe did or why it was skipped (``checks.probes``); a probe's later
+        facts join its earlier ones."""
+        self.note(probes={**self.environment.probes, probe: {**self.environment.probes.get(probe, {}), **facts}})
 
     def result(self, task: str, source: str, device: str) -> EvalResult:
         return EvalResult(

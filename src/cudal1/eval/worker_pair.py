@@ -216,9 +216,12 @@ class WorkerPair:
         self._ref_digests[key] = list(r.get("digest") or [])
         return r
 
-    def run_candidate(self, key: str, slot: str = "main", fresh: bool = True, after: int = 0) -> Comparison:
+    def run_candidate(
+        self, key: str, slot: str = "main", fresh: bool = True, after: int = 0, near_miss: bool = False
+    ) -> Comparison:
         """One checked candidate call on fresh copies of set ``key`` (or on the stored tensors
-        themselves), free memory poisoned first; ``after``: as ``run_reference``'s."""
+        themselves), free memory poisoned first; ``after``: as ``run_reference``'s; ``near_miss``:
+        as the reference worker's ``compare`` (a probe's set)."""
         assert self.cand is not None
         poison = self._out_bytes.get(key) if self.config.guards.poison else None
         args: dict[str, Any] = {"after": after} if after else {}
@@ -230,7 +233,7 @@ class WorkerPair:
         for finding in observed:
             if all(f.code != finding.code for f in self.findings):
                 self.findings.append(finding)
-        cmp, digests = self.compare(key, raw)
+        cmp, digests = self.compare(key, raw, near_miss=near_miss)
         self._cand_digests[key] = digests
         return cmp
 
@@ -255,7 +258,7 @@ class WorkerPair:
         self.main_reinit = reinit
 
     def compare(
-        self, key: str | None, raw_reply: bytes, min_scale: float = 1.0, index: int = 0
+        self, key: str | None, raw_reply: bytes, min_scale: float = 1.0, index: int = 0, near_miss: bool = False
     ) -> tuple[Comparison, list[Any]]:
         """The candidate's reply (to ``RUN`` on set ``key``, or with ``key`` None to
         ``FETCH_OUTPUT`` of call ``index`` of the last timed sample) compared in the reference's
@@ -268,6 +271,7 @@ class WorkerPair:
             device=self.device,
             min_scale=min_scale,
             index=index,
+            near_miss=near_miss,
         )
         if key is not None and r.get("isolated"):
             self._isolated[key] = Isolated(**r["isolated"])

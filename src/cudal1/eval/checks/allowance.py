@@ -89,6 +89,17 @@ SAMPLE = 16384  # output positions the distance is measured on
 QUANTILE = 0.99  # robust to the odd element a ReLU kink or a rounding boundary flips
 MIN_LIMIT = 4.0
 _U32 = 2.0**-24
+# On a probe's set a candidate past the tolerance is still right where the allowed operations at
+# TF32 explain its error (``within_allowance``), up to this many times the tolerance: the probes
+# scale the inputs by 5 (or draw wider weights), and TF32's rounding grows with its operands while
+# the tolerance follows the outputs, which a sigmoid or a sum need not let grow. On an H200
+# (2026-11-28) every transform of 6_conv_maxpool_sigmoid_sum (channels_last, cudnn.benchmark,
+# torch.compile: TF32 convolutions the reference's own NCHW algorithm did not use) was 0.50x the
+# tolerance on the task's inputs and 1.21-1.25x on the scaled ones, and failed there; on this
+# repository's CPU test of a conv + sigmoid + per-channel sum, 0.7-1.0x and 1.8-4.8x. What the
+# probes are there to catch (a clamp the task's inputs never reach, a weight assumed) misses by
+# far more, and lands on no twin.
+ROOM = 10.0
 
 
 def round_tf32(x: Any, rounding: Rounding) -> Any:
@@ -193,6 +204,17 @@ class Allowance:
     def _distance(self, got: torch.Tensor, twin: torch.Tensor) -> float:
         """In units of the strict reference's own error."""
         return _quantile(got - twin) / self.scale
+
+
+def within_allowance(allowance: Allowance | None, cand: Any, rel_err: float, scale: float) -> Isolated | None:
+    """Where a candidate's output misses the tolerance (``rel_err`` tolerance units, ``scale``
+    allowed) by at most ``ROOM`` times, and lands on a twin of the reference with some of its
+    allowed operations at TF32: what places it there (it is right, at the precision the policy
+    grants those operations). None otherwise: a miss the allowance does not explain stays one."""
+    if allowance is None or not math.isfinite(rel_err) or rel_err > ROOM * scale:
+        return None
+    isolated = allowance.isolated(cand)
+    return isolated if isolated is not None and isolated.ratio <= isolated.limit else None
 
 
 def calibrate(

@@ -49,6 +49,9 @@ class Comparison:
     # ``_precision_ratio``); None without a float64 reference or a floating output.
     precision_ratio: float | None = None
     dtype: str = ""
+    # Past the tolerance by at most ``allowance.ROOM`` times, and passed because the allowed
+    # operations at TF32 explain the error (a probe's set only: ``allowance.within_allowance``).
+    by_allowance: bool = False
 
 
 def tolerance_for(dtype: torch.dtype, tol: Tolerances) -> float:

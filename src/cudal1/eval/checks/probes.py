@@ -108,7 +108,7 @@ class ProbeTarget(Protocol):
         self, key: str, slot: str = "main", levels: bool = False, after: int = 0
     ) -> dict[str, Any]: ...
     def run_candidate(
-        self, key: str, slot: str = "main", fresh: bool = True, after: int = 0
+        self, key: str, slot: str = "main", fresh: bool = True, after: int = 0, near_miss: bool = False
     ) -> Comparison: ...
     def outputs_changed(self, key: str, other: str) -> tuple[bool, bool]: ...
     def forget(self, keys: list[str], slots: list[str] | None = None) -> None: ...
@@ -203,7 +203,10 @@ def shifted_inputs(ev: ProbeTarget, key: str) -> None:
     before the sparse perturbation, which changes the candidate's stored copy of ``key``."""
     try:
         ev.same_inputs(Command.SHIFT_INPUTS, SHIFTED, key=key, new_key=SHIFTED)
-        finite = ev.run_reference(SHIFTED)["finite"]
+        # levels: the allowed operations at TF32 are calibrated on these inputs too, so that a
+        # convolution the policy lets run at TF32 is judged here as on the task's own sets (on an
+        # H200 such a candidate's error grew from 0.5x to 1.2x the tolerance on this set).
+        finite = ev.run_reference(SHIFTED, levels=True)["finite"]
     except StageFailed as exc:
         if not exc.reference:
             raise
@@ -212,7 +215,7 @@ def shifted_inputs(ev: ProbeTarget, key: str) -> None:
     if not finite:
         _skipped(ev, "input_range", "the reference's output is not finite on the shifted inputs", [SHIFTED])
         return
-    problem = _candidate_problem(ev, SHIFTED)
+    problem = _candidate_problem(ev, SHIFTED, probe="input_range")
     _note(ev, "input_range", ok=problem is None)
     ev.forget([SHIFTED])
     if problem is None:
@@ -238,7 +241,8 @@ def reinitialised_weights(ev: ProbeTarget, seed: int, init_args: list[Any], init
             _note(ev, "default_weights", skipped="the reference has no floating parameter or buffer")
             ev.forget([], [WEIGHTS])
             return False
-        finite = ev.make_inputs(seed, WEIGHTS, slot=WEIGHTS)["finite"]
+        # levels: the allowed operations at TF32 calibrated on this set too (``shifted_inputs``).
+        finite = ev.make_inputs(seed, WEIGHTS, slot=WEIGHTS, levels=True)["finite"]
     except StageFailed as exc:
         if not exc.reference:
             raise
@@ -250,7 +254,7 @@ def reinitialised_weights(ev: ProbeTarget, seed: int, init_args: list[Any], init
         return False
     try:
         theirs = ev.build_model(init_args, init_seed, WEIGHTS, candidate=True, reinit=seed).get("redrawn")
-        problem = _candidate_problem(ev, WEIGHTS, WEIGHTS)
+        problem = _candidate_problem(ev, WEIGHTS, WEIGHTS, probe="default_weights")
     except RemoteError as exc:
         theirs, problem = [], str(exc)
     # The candidate's word on what it re-drew only names a cause; its output is what is judged.
@@ -281,12 +285,20 @@ def _weights_finding(problem: str, redrawn: list[str], unmapped: list[str]) -> F
     return probe_finding("default_weights_assumed", Severity.REJECT, message[:2000], evidence)
 
 
-def _candidate_problem(ev: ProbeTarget, key: str, slot: str = "main", after: int = 0) -> str | None:
-    """What is wrong with the candidate's output on set ``key``, or None; a crash is wrong too."""
+def _candidate_problem(
+    ev: ProbeTarget, key: str, slot: str = "main", after: int = 0, probe: str = ""
+) -> str | None:
+    """What is wrong with the candidate's output on set ``key``, or None; a crash is wrong too.
+    ``probe``: the probe's name, for the probes that look for a wrong answer beyond the task's
+    inputs or weights, not for its precision. There a near miss that the allowed operations at
+    TF32 explain passes, noted: on an H200 every TF32-convolution transform of a conv + sum task
+    was 0.5x the tolerance on the task's inputs and 1.2x on the scaled ones (2026-11-28)."""
     try:
-        cmp = ev.run_candidate(key, slot=slot, after=after)
+        cmp = ev.run_candidate(key, slot=slot, after=after, near_miss=bool(probe))
     except RemoteError as exc:
         return str(exc)
+    if cmp.by_allowance:
+        _note(ev, probe, past_tolerance=round(cmp.max_rel_err, 3), explained_by="convolutions at TF32")
     return None if cmp.ok else cmp.message
 
 
