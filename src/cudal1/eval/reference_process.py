@@ -227,8 +227,9 @@ class ReferenceServer(WorkerServer):
         output's precision is judged as the correctness sets' were; without one the allowed room
         doubles, for the fp32 reference's own error. ``near_miss`` (a probe's set, which looks for
         a wrong answer outside the task's inputs or weights, not at its precision): a miss of at
-        most ``allowance.ROOM`` times the tolerance that the allowed operations at TF32 explain
-        passes (``Comparison.by_allowance``)."""
+        most ``allowance.ROOM`` times the tolerance passes where the candidate is within the
+        tolerance, at every element, of the reference run with all its allowed operations at
+        TF32 (``Comparison.by_allowance``)."""
         try:
             cand = candidate_outputs(reply)
         except (WireError, KeyError, TypeError, ValueError, IndexError) as exc:
@@ -257,15 +258,15 @@ class ReferenceServer(WorkerServer):
         tol = SimpleNamespace(**tolerance)
         cmp = compare_outputs(cand, ref, ref64, tol, device, min_scale)
         allowance = self.allowances.get(key) if key is not None else None
-        explained = None
         if near_miss and not cmp.ok:
-            explained = within_allowance(allowance, cand["values"], cmp.max_rel_err, cmp.scale)
-            if explained is not None:
+
+            def matches(twin: Any) -> bool:  # at every element, at the tolerance, against the twin
+                return compare_outputs(cand, describe(twin), None, tol, device).ok
+
+            if within_allowance(allowance, cmp.max_rel_err, cmp.scale, matches) is not None:
                 cmp = dataclasses.replace(cmp, ok=True, message="", by_allowance=True)
         answer: dict[str, Any] = {"comparison": dataclasses.asdict(cmp), "digests": cand_digests}
-        if explained is not None:
-            answer["isolated"] = dataclasses.asdict(explained)
-        elif cmp.ok and allowance is not None:
+        if cmp.ok and allowance is not None and not cmp.by_allowance:
             isolated = allowance.isolated(cand["values"])
             answer["isolated"] = dataclasses.asdict(isolated) if isolated else None
         return answer
