@@ -58,11 +58,12 @@ checkpoint, every 5 steps):
 
 In all 8-9 calls, about 60-90 GPU minutes. Measured on four H200s (2026-11-28): ``prepare``
 over three of them (``--eval-devices cuda:0 cuda:1 cuda:2``, 18 workers) measured the 48 arms
-of the time (stacks of 3 blocks at most) inside one call's 480 s; a GRPO run of 30 steps took
-246 s of training when its samples mostly wrote arms (the ablation), but 13-21 steps in 400 s when about one sample a step wrote a program
-no arm has (a stack of four blocks, a block twice), each a fresh evaluation with its torch.compile
-build (20-50 s a step). A seed's ``sft grpo control`` does not fit one call, and its models (about
-20 MB, more with the optimizer's state) cannot come back from the device. So on a machine of
+it then had (stacks of 3 blocks at most) inside one call's 480 s; a GRPO run of 30 steps took
+246 s of training when its samples mostly wrote arms (the ablation), but only 13-21 steps in
+400 s when about one sample a step wrote a program no arm has (a stack of four blocks, a block
+twice), each a fresh evaluation with its torch.compile build (up to 71 s a step). A seed's
+``sft grpo control`` does not fit one call, and its models (about 20 MB, more with the
+optimizer's state) cannot come back from the device. So on a machine of
 several GPUs each trained policy gets a lane and a ``--work`` of its own, started from the
 measured arms (``--from runs/learning-check``), and trains its own SFT policy first (seeded: the
 control's SFT run repeats the GRPO lane's; ``take_from`` reports it if their samples differ):

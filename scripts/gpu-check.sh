@@ -44,6 +44,18 @@ within() {
   fi
   echo "$s"
 }
+# option FLAG ARGS...: the value ARGS give FLAG (FLAG V or FLAG=V; the last one), empty if none:
+# the modes below name their logs and archives after --part, --out, --json-out, --shard, --work.
+option() {
+  local flag=$1 value= prev=
+  shift
+  for arg in "$@"; do
+    [[ $prev == "$flag" ]] && value=$arg
+    [[ $arg == "$flag"=* ]] && value=${arg#"$flag"=}
+    prev=$arg
+  done
+  echo "$value"
+}
 if [[ $what == lanes ]]; then
   # lanes 'GPUS:MODE ARGS[ + MODE ARGS...]' ...: several of this script's modes at once, each on its own GPUs
   # (CUDA_VISIBLE_DEVICES=GPUS, so each sees them as cuda:0...) and its own physical cores (the
@@ -130,8 +142,7 @@ if [[ $what == tests || $what == all ]]; then
 fi
 if [[ $what == bench || $what == all ]]; then
   # One log per part, so that several bench calls in one command keep theirs.
-  part=all; prev=
-  for arg in "$@"; do [[ $prev == --part ]] && part=$arg; [[ $arg == --part=* ]] && part=${arg#--part=}; prev=$arg; done
+  part=$(option --part "$@"); part=${part:-all}
   python3 benchmarks/evaluator.py "$@" 2>&1 | tee "$OUT/bench-evaluator-$part.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
 fi
@@ -148,8 +159,7 @@ fi
 if [[ $what == optimize ]]; then
   # optimize ARGS --out runs/NAME: the run directory comes back as $OUT/optimize-NAME.tar.gz
   # (gpu-unpack.sh puts it in runs/; carry it and add --resume to go on from another machine).
-  run=; prev=
-  for arg in "$@"; do [[ $prev == --out ]] && run=$arg; [[ $arg == --out=* ]] && run=${arg#--out=}; prev=$arg; done
+  run=$(option --out "$@")
   # Stopped with SIGINT (optimize keeps what it stored) a minute before the lane ends, so it still packs.
   COLUMNS=${COLUMNS:-160} timeout -s INT -k 45 "$(within "${OPTIMIZE_S:-540}")" python3 -m cudal1.cli optimize "$@" \
     2>&1 | tee "$OUT/optimize.log"
@@ -161,10 +171,7 @@ if [[ $what == verify ]]; then
   # With --json-out PATH (to --resume across machines: carry PATH's folder), PATH and its
   # .rows.jsonl are copied to $OUT as well. One part a lane: lanes '0:verify R --shard 1/4 --json-out
   # runs/verify/p1.json --resume --deadline-s 420' ...; `cudal1 verify --help` says how parts report as one.
-  json=(--json-out "$OUT/verify.json"); given=; prev=
-  for arg in "$@"; do
-    [[ $prev == --json-out ]] && given=$arg; [[ $arg == --json-out=* ]] && given=${arg#--json-out=}; prev=$arg
-  done
+  json=(--json-out "$OUT/verify.json"); given=$(option --json-out "$@")
   [[ -n $given ]] && json=()
   COLUMNS=${COLUMNS:-240} python3 -m cudal1.cli verify "$@" "${json[@]}" 2>&1 | tee "$OUT/verify.log"
   rc=${PIPESTATUS[0]}
@@ -190,10 +197,8 @@ if [[ $what == best-known ]]; then
   # left out would lose the call's progress. Unpack it here into runs/ to resume. A lane's
   # --shard K/N archives its own part only (the other lanes' are being written beside it), as
   # best-known-shard-K-of-N.tar.gz.
-  part=best-known; prev=
-  for arg in "$@"; do
-    [[ $prev == --shard ]] && part=best-known/shard-${arg/\//-of-}; [[ $arg == --shard=* ]] && a=${arg#--shard=} && part=best-known/shard-${a/\//-of-}; prev=$arg
-  done
+  part=best-known; shard=$(option --shard "$@")
+  [[ -n $shard ]] && part=best-known/shard-${shard/\//-of-}
   # Its own name a shard, so that two shards run one after the other in a lane keep both.
   tar -czf "$OUT/$(echo "$part" | tr / -).tar.gz" -C runs "$part"
 fi
@@ -227,8 +232,7 @@ if [[ $what == train ]]; then
         --stage "${stages[@]:-all}" --resume "$@" 2>&1 | tee "$OUT/learning-check-$name.log"
       rc=${PIPESTATUS[0]}
       # --work DIR (default runs/learning-check): lanes that split the arms by --tasks each keep their own.
-      w=runs/learning-check; prev=
-      for arg in "$@"; do [[ $prev == --work ]] && w=$arg; [[ $arg == --work=* ]] && w=${arg#--work=}; prev=$arg; done
+      w=$(option --work "$@"); w=${w:-runs/learning-check}
       keep=$(mktemp -d)/$(basename "$w"); mkdir -p "$keep"
       cp "$w/learning-check.json" "$OUT/" 2>/dev/null
       # A database is its file and its write-ahead log (-wal): the script has exited, so the two
