@@ -16,12 +16,15 @@ Two reward wrappers for ``train.grpo.run_grpo(wrap_reward=...)``:
 ``PremeasuredReward`` copies an arm's measured result into the run's database the first time a
 completion writes that arm (the pool then reuses it: GRPO's rewards cost no torch.compile builds);
 ``ShuffledReward`` permutes each batch's rewards (the control: the same run with no signal).
+A program that is no measured arm (a stray) is evaluated, or with ``strays="fail"`` (the check's
+default) scored as a reply with no program: see ``PremeasuredReward``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,6 +48,7 @@ REFERENCE_ARM = "reference"
 ARM_BACKEND = "arm"
 _WRAPPERS: tuple[Transform, ...] = ("channels-last", "cudnn-benchmark", "cuda-graph")
 _CONV_ONLY = frozenset({"channels-last", "cudnn-benchmark"})
+STRAYS = ("fail", "evaluate")
 _CUDA_ONLY = frozenset({"cudnn-benchmark", "cuda-graph", "torch-compile-reduce-overhead"})
 
 
@@ -180,21 +184,47 @@ def copy_arm(db: CandidateDB, task: Task, arm: Arm) -> int:
     return cid
 
 
+# What a stray (a program that parses but is no measured arm of its task) is given in place of
+# its reply under ``strays="fail"``: a text with no program, so the reward scores it as a parse
+# failure (``reward.incorrect``) and the run's database keeps why.
+STRAY_REPLY = "(a program that is no measured arm of this task: not evaluated in training, strays=fail)"
+
+
 class PremeasuredReward:
     """Wraps GRPO's ``PoolReward``: a completion that writes an arm not yet in the run's
-    database gets the arm's stored result copied in first, so the pool reuses it."""
+    database gets the arm's stored result copied in first, so the pool reuses it.
+
+    ``strays``: what a completion earns that parses to a program no measured arm of its task is
+    (a block twice, blocks out of the stacking order, an unmeasured stack). ``"evaluate"``: the
+    pool evaluates it, a torch.compile build and all (on four H200s that made a GRPO step wait
+    up to 71 s, and a seed's run did not fit a call). ``"fail"``: it is scored as a reply with no
+    program, so the check's action space is its arms and training times nothing; the
+    re-measurement still evaluates every program a policy writes, strays included. ``counts``
+    holds (strays, completions) per call, and ``log`` (a JSON-lines file) gets one line a call."""
 
     __name__ = "speedup"
 
-    def __init__(self, inner: Any, arms: dict[str, list[Arm]], tasks: Sequence[Task]) -> None:
-        self.inner = inner
+    def __init__(
+        self,
+        inner: Any,
+        arms: dict[str, list[Arm]],
+        tasks: Sequence[Task],
+        *,
+        strays: str = "evaluate",
+        log: Path | None = None,
+    ) -> None:
+        if strays not in STRAYS:
+            raise ValueError(f"strays={strays!r}: one of {', '.join(STRAYS)}")
+        self.inner, self.strays, self.log = inner, strays, log
         self.tasks = {t.name: t for t in tasks}
         self.by_source = {(a.task, a.source): a for task_arms in arms.values() for a in task_arms}
+        self.counts: list[tuple[int, int]] = []
 
     async def __call__(
         self, prompts: Any, completions: Sequence[Any], task: Sequence[str], **kwargs: Any
     ) -> Any:
         db: CandidateDB = self.inner.db
+        passed: list[Any] = []
         for completion, name in zip(completions, task, strict=True):
             code = extract(completion_text(completion)).code
             arm = self.by_source.get((name, code or ""))
@@ -204,7 +234,16 @@ class PremeasuredReward:
                 and db.find_by_hash(name, source_hash(arm.source)) is None
             ):
                 copy_arm(db, self.tasks[name], arm)
-        return await self.inner(prompts, completions, task, **kwargs)
+            stray = code is not None and arm is None and self.strays == "fail"
+            passed.append(STRAY_REPLY if stray else completion)
+        n_strays = sum(p is STRAY_REPLY for p in passed)
+        self.counts.append((n_strays, len(passed)))
+        if self.log is not None:
+            state = kwargs.get("trainer_state")
+            step = int(getattr(state, "global_step", 0) or 0)
+            with self.log.open("a", encoding="utf-8") as f:
+                f.write(json.dumps({"step": step, "strays": n_strays, "completions": len(passed)}) + "\n")
+        return await self.inner(prompts, passed, task, **kwargs)
 
 
 def shuffle_rewards(rewards: Sequence[float | None], rng: random.Random) -> list[float | None]:

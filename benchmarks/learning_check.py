@@ -39,42 +39,27 @@ by the device tool's limit is resumed by the same command with ``--resume``):
   interval, and the control flat (its difference interval holds 0, or within 5% of the SFT score).
   Exit 0 on a pass, 1 otherwise.
 
-GPU plan (H100, defaults: 4 tasks, 3 seeds, 30 GRPO steps of 8 samples per task), from the
-repository's numbers: an evaluation holds the GPU 4-60 s, about 200-400 evaluations per
-GPU-hour (README, best-known runs), a torch.compile build 30-60 s of CPU (16 cores, 6 workers
-build in parallel); the tiny policy trains and samples in seconds per step. Each line is one
-call of ``bash scripts/gpu-check.sh train learning-check STAGES... --resume [--seeds N]``, which
-stops the script at 540 s (SIGINT) so the device tool's 10 minutes are not reached; the same
-call again resumes (arms and re-measurements pending are evaluated, GRPO restarts from its last
-checkpoint, every 5 steps):
-
-1. ``prepare``: 50 arms (2 conv tasks x 20, 2 others x 5): 8-15 GPU min, 1-2 calls;
-2. ``sft grpo control --seeds N``, for N = 0, 1, 2: SFT about 1 min (200 steps), each GRPO run
-   2-4 min when the samples write arms (copied in, no build) and a stray program that parses
-   costs one evaluation: 6-9 min, one call per seed (3 calls);
-3. ``ablation --seeds 0 1 2``: an SFT and a GRPO run per seed, 3-5 min each: 2 calls;
-4. ``remeasure report``: every distinct program of the 12 sampled policies, at most the 50 arms
-   plus stray programs, about 50-80 evaluations: 10-20 min, 2 calls.
-
-In all 8-9 calls, about 60-90 GPU minutes. Measured on four H200s (2026-11-28): ``prepare``
-over three of them (``--eval-devices cuda:0 cuda:1 cuda:2``, 18 workers) measured the 48 arms
-it then had (stacks of 3 blocks at most) inside one call's 480 s; a GRPO run of 30 steps took
-246 s of training when its samples mostly wrote arms (the ablation), but only 13-21 steps in
-400 s when about one sample a step wrote a program no arm has (a stack of four blocks, a block
-twice), each a fresh evaluation with its torch.compile build (up to 71 s a step). A seed's
-``sft grpo control`` does not fit one call, and its models (about 20 MB, more with the
-optimizer's state) cannot come back from the device. So on a machine of
-several GPUs each trained policy gets a lane and a ``--work`` of its own, started from the
-measured arms (``--from runs/learning-check``), and trains its own SFT policy first (seeded: the
-control's SFT run repeats the GRPO lane's; ``take_from`` reports it if their samples differ):
+GPU plan. ``prepare`` measures the arms once: over three H200s (``--eval-devices cuda:0 cuda:1
+cuda:2``, 18 workers) the 48 arms of stacks of at most 3 blocks took one call's 480 s
+(2026-11-28). Each trained policy then runs in a ``--work`` of its own, started from the measured
+arms (``--from runs/learning-check``), and trains its own SFT policy first (seeded: the control's
+SFT run repeats the GRPO lane's; ``take_from`` reports it if their samples differ): a seed's
+models (about 20 MB, more with the optimizer's state) cannot come back from the device, so a
+policy is trained, sampled and done inside one call. With ``--strays fail`` (the default) GRPO
+times nothing: every reward is an arm's stored result or a parse failure. A GRPO run of 30 steps
+took 246 s when its samples mostly wrote arms (the ablation of seed 0), and 13-21 steps in 400 s
+when strays were evaluated (up to 71 s a step for their torch.compile builds). Since nothing is
+timed, the three policies of a seed share one GPU at once (``gpu-check.sh`` lanes run steps
+joined by ``&`` together):
 
 1. ``lanes '0:train learning-check sft grpo --seeds 0 --from runs/learning-check --work
-   runs/learning-check-s0-grpo' '1:train learning-check sft control --seeds 0 --from ... --work
-   runs/learning-check-s0-control' ...`` (one lane a policy: 3 seeds x 2 plus the ablations);
-2. gpu-unpack.sh brings each lane's folder back as ``runs/learning-check-PART``; then
-   ``remeasure report --from runs/learning-check-s0-grpo runs/learning-check-s0-control ...
-   --eval-devices cuda:0 cuda:1 cuda:2 cuda:3`` on the main ``--work`` gathers every policy's
-   samples and measures them afresh over every GPU.
+   runs/learning-check-s0-grpo & train learning-check sft control --seeds 0 --from ... --work
+   runs/learning-check-s0-control & train learning-check ablation --seeds 0 --from ... --work
+   runs/learning-check-s0-ablation' '1:... --seeds 1 ...'`` (carry ``.whl runs``);
+2. ``gpu-unpack.sh`` brings each folder back as ``runs/learning-check-PART``; then ``remeasure
+   report --from runs/learning-check-s0-grpo runs/learning-check-s0-control ... --eval-devices
+   cuda:0 cuda:1 cuda:2 cuda:3`` on the main ``--work`` gathers every policy's samples and
+   measures each distinct program afresh over every GPU.
 
 On a CPU (``--device cpu``, CPU task sizes) the CUDA-only blocks do nothing, so the arms are
 torch.compile and channels_last and the tasks are small: torch.compile is usually slower than
@@ -95,7 +80,7 @@ from datasets import Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learning_arms import PremeasuredReward, ShuffledReward, measure_arms, write_shown  # noqa: E402
+from learning_arms import STRAYS, PremeasuredReward, ShuffledReward, measure_arms, write_shown  # noqa: E402
 from learning_remeasure import POLICY_OF, samples_dir, save_samples, stage_remeasure  # noqa: E402
 from learning_report import render_arms, report  # noqa: E402
 from learning_settings import (  # noqa: E402
@@ -227,7 +212,7 @@ def stage_grpo(work: Path, tasks: list[Task], args: argparse.Namespace, seed: in
     arms = load_arms(work, tasks, args)
 
     def wrap(reward: Any) -> Any:
-        premeasured = PremeasuredReward(reward, arms, tasks)
+        premeasured = PremeasuredReward(reward, arms, tasks, strays=args.strays, log=out / "strays.jsonl")
         return ShuffledReward(premeasured, seed) if kind == "control" else premeasured
 
     cfg = grpo_config(args, len(tasks), seed, show_speedups=kind != "ablation")
@@ -286,6 +271,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--samples", type=int, default=16, help="samples per task and policy in the re-measurement"
+    )
+    parser.add_argument(
+        "--strays", choices=STRAYS, default="fail",
+        help="GRPO's reward for a program that is no measured arm: fail (scored as a reply with no program;"
+        " training times nothing) or evaluate (a fresh evaluation, its build included); remeasure evaluates"
+        " every program either way",
     )
     parser.add_argument("--policy-hidden", type=int, default=256)
     parser.add_argument("--policy-layers", type=int, default=4)

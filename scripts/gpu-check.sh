@@ -111,11 +111,20 @@ print(','.join(str(c) for g in sys.argv[2].split(',') for c in sorted(cpu_share(
     mkdir -p "$OUT/lane-$k"
     echo "lane $k: GPUs $gpus, CPUs $cpus: $cmd" | tee "$OUT/lane-$k/lane.txt"
     # 'MODE ARGS + MODE ARGS': modes one after the other in the lane, inside its one time limit;
+    # 'MODE ARGS & MODE ARGS': modes at once on the lane's GPUs (GRPO runs that time nothing:
+    # the learning check's policies with --strays fail), the step done when all are.
     # ARGS are read as the shell reads them, so quotes hold: '0:tests -k "a or b"'.
     # shellcheck disable=SC2086
     (export GPU_CHECK_LANE=1 OUT="$OUT/lane-$k" CUDA_VISIBLE_DEVICES=$gpus LANE_DEADLINE=$(($(date +%s) + ${LANE_S:-540}))
      timeout -s INT -k 30 "${LANE_S:-540}" taskset -c "$cpus" bash -c \
-       'IFS=+ read -ra steps <<<"$1"; for s in "${steps[@]}"; do eval "bash \"\$0\" $s"; echo "exit $? of: $s" >>"$OUT/lane.txt"; done' \
+       'IFS=+ read -ra steps <<<"$1"
+        for s in "${steps[@]}"; do
+          IFS="&" read -ra together <<<"$s"; running=()
+          for t in "${together[@]}"; do
+            (eval "bash \"\$0\" $t"; echo "exit $? of: $t" >>"$OUT/lane.txt") & running+=($!)
+          done
+          wait "${running[@]}"
+        done' \
        "$0" "$cmd" >"$OUT/lane.log" 2>&1) &
     pids+=($!); k=$((k + 1))
   done
@@ -241,7 +250,9 @@ if [[ $what == train ]]; then
       cp "$w"/shown.db* "$keep/" 2>/dev/null
       for s in "$w"/seed-*; do
         [[ -d $s/samples ]] && mkdir -p "$keep/${s##*/}" && cp -r "$s/samples" "$keep/${s##*/}/"
-        for k in grpo control ablation; do cp "$s/$k/steps.jsonl" "$keep/${s##*/}/$k-steps.jsonl" 2>/dev/null; done
+        for k in grpo control ablation; do
+          for f in steps strays; do cp "$s/$k/$f.jsonl" "$keep/${s##*/}/$k-$f.jsonl" 2>/dev/null; done
+        done
       done
       # One archive: the device tool brings back at most 8 files, 2 folders down.
       tar -czf "$OUT/$(basename "$w").tar.gz" -C "${keep%/*}" "$(basename "$w")" ;;
