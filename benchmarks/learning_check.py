@@ -220,11 +220,14 @@ def stage_grpo(work: Path, tasks: list[Task], args: argparse.Namespace, seed: in
     save_samples(work, tasks, args, seed, POLICY_OF[kind], out)
 
 
-def take_from(work: Path, sources: list[Path]) -> None:
+def take_from(work: Path, sources: list[Path], *, samples: bool) -> None:
     """Start ``work`` from other work folders: their measured arms and ``shown.db`` where ``work``
-    has none (a lane of one GPU machine training one policy in a folder of its own), and every
-    policy's samples ``work`` lacks (the lanes' samples gathered for ``remeasure``). A policy's
-    samples found twice and different are reported, and the first kept."""
+    has none (a lane of one GPU machine training one policy in a folder of its own), and, with
+    ``samples`` (the stages re-measure or report), every policy's samples ``work`` lacks (the
+    lanes' samples gathered). A policy's samples found twice and different are reported, and the
+    first kept. A training lane takes no samples: those it took along would be gathered again
+    from its folder as its own, and the first kept (on four H200s the lanes carried the last
+    stop's samples of other seeds that way, 2026-11-28)."""
     work.mkdir(parents=True, exist_ok=True)
     for src in sources:
         if not (src / "shown.db").is_file() or not (src / "arms").is_dir():
@@ -233,6 +236,8 @@ def take_from(work: Path, sources: list[Path]) -> None:
             shutil.copytree(src / "arms", work / "arms", dirs_exist_ok=True)
             for f in src.glob("shown.db*"):
                 shutil.copy2(f, work / f.name)
+        if not samples:
+            continue
         for sample in sorted(src.glob("seed-*/samples/*.json")):
             mine = work / sample.relative_to(src)
             if not mine.is_file():
@@ -301,7 +306,7 @@ def main() -> None:
     if "prepare" in stages and args.work.is_dir() and any(args.work.iterdir()) and not args.resume:
         raise SystemExit(f"{args.work} is not empty: pass --resume to continue it, or another --work")
     if args.sources:
-        take_from(args.work, args.sources)
+        take_from(args.work, args.sources, samples=bool({"remeasure", "report"} & set(stages)))
     tasks = named_tasks(
         args.tasks or (GPU_TASKS if args.device == "cuda" else CPU_TASKS),
         "gpu" if args.device == "cuda" else "cpu",

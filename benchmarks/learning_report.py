@@ -14,7 +14,7 @@ from typing import Any
 from learning_arms import Arm, held_out
 from learning_remeasure import sample_values, sampled
 from learning_settings import console, load_arms
-from learning_stats import BAR, SeedVerdict, judge_seed
+from learning_stats import BAR, SeedVerdict, judge_seed, trend
 from rich.table import Table
 
 from cudal1.run.database import CandidateDB
@@ -76,7 +76,7 @@ def report(work: Path, tasks: list[Task], args: argparse.Namespace) -> bool:
     }
     (work / "learning-check.json").write_text(json.dumps(summary, indent=2))
     console.print(
-        f"passed (every seed: final >= {BAR}x, above SFT beyond the paired interval, control flat): "
+        f"passed (every seed: final >= {BAR}x, above SFT beyond the paired interval, no gain by the control): "
         + ("yes" if passed else "NO")
     )
     return passed
@@ -107,9 +107,19 @@ def render_verdicts(verdicts: list[SeedVerdict], reach: dict[str, float]) -> Non
             cell(v.final),
             cell(v.final_vs_sft, ""),
             cell(v.control),
-            cell(v.control_vs_sft, "") + (" flat" if v.control_flat else " NOT flat"),
-            cell(v.ablation),
+            control_cell(v),
+            cell(v.ablation) + ("" if v.ablation_vs_sft is None else f"; - SFT {cell(v.ablation_vs_sft, '')}"),
             f"{reach['best_reachable']:.3f}x",
             "yes" if v.passed else "no",
         )
     console.print(table)
+
+
+def control_cell(v: SeedVerdict) -> str:
+    """The control's paired difference from SFT, whether it is flat, fell or rose, and whether
+    the rise is a shown gain (which fails the seed)."""
+    if v.control_vs_sft is None:
+        return "- (no control: no pass)"
+    shown = " GAINED" if v.control_gained else ""
+    return f"{v.control_vs_sft.text('')} {trend(v.control_vs_sft, v.sft.mean)}{shown}"
+

@@ -83,9 +83,24 @@ def paired_difference(final: Samples, sft: Samples, seed: int = 0, n: int = RESA
 
 
 def is_flat(difference: Interval, sft_score: float, tolerance: float = FLAT_TOLERANCE) -> bool:
-    """A control is flat when its difference from its SFT policy's score is not shown (the
-    interval holds 0), or is within ``tolerance`` of that score."""
+    """No difference from the SFT policy's score is shown (the interval holds 0), or it is within
+    ``tolerance`` of that score."""
     return difference.contains(0.0) or abs(difference.mean) <= tolerance * sft_score
+
+
+def gained(difference: Interval, sft_score: float, tolerance: float = FLAT_TOLERANCE) -> bool:
+    """A gain over the SFT policy is shown: above 0 beyond the interval, by more than
+    ``tolerance`` of its score. What the control must not show: with shuffled rewards GRPO has
+    no signal, so a gain would be GRPO's mechanics (a collapse onto a frequent arm), not
+    learning. A control that falls (seed 0's on four H200s drifted into replies with no program,
+    2026-11-28) shows no gain either; ``trend`` names it."""
+    return difference.low > 0 and difference.mean > tolerance * sft_score
+
+
+def trend(difference: Interval, sft_score: float) -> str:
+    if is_flat(difference, sft_score):
+        return "flat"
+    return "rose" if difference.mean > 0 else "fell"
 
 
 @dataclass(frozen=True)
@@ -100,11 +115,11 @@ class SeedVerdict:
     ablation_vs_sft: Interval | None
     reaches_bar: bool
     above_sft: bool
-    control_flat: bool
+    control_gained: bool | None  # None: no control run, which does not pass
 
     @property
     def passed(self) -> bool:
-        return self.reaches_bar and self.above_sft and self.control_flat
+        return self.reaches_bar and self.above_sft and self.control_gained is False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self) | {"passed": self.passed}
@@ -112,7 +127,7 @@ class SeedVerdict:
 
 def judge_seed(seed: int, policies: Mapping[str, Samples], bar: float = BAR) -> SeedVerdict:
     """The pass rule for one seed: the final policy's score at least ``bar``, above the SFT
-    policy's beyond the paired interval, and the control flat. ``policies``: sft, final,
+    policy's beyond the paired interval, and no gain shown by the control (``gained``). ``policies``: sft, final,
     control, ablation (the last two may be missing; a missing control does not pass)."""
     sft, final = policies["sft"], policies["final"]
     control, ablation = policies.get("control"), policies.get("ablation")
@@ -131,5 +146,5 @@ def judge_seed(seed: int, policies: Mapping[str, Samples], bar: float = BAR) -> 
         ablation_vs_sft=ablation_diff,
         reaches_bar=final_i.mean >= bar,
         above_sft=diff.low > 0,
-        control_flat=control_diff is not None and is_flat(control_diff, sft_i.mean),
+        control_gained=None if control_diff is None else gained(control_diff, sft_i.mean),
     )

@@ -27,7 +27,15 @@ from learning_arms import (  # noqa: E402
     held_out,
     shuffle_rewards,
 )
-from learning_stats import Interval, is_flat, judge_seed, mean_interval, paired_difference  # noqa: E402
+from learning_stats import (  # noqa: E402
+    Interval,
+    gained,
+    is_flat,
+    judge_seed,
+    mean_interval,
+    paired_difference,
+    trend,
+)
 from tiny_policy import split_blocks  # noqa: E402
 
 from cudal1.run.database import CandidateDB  # noqa: E402
@@ -213,9 +221,15 @@ def test_the_pass_rule():
     good = policy({"a": 1.4, "b": 1.6}, seed=2)
     flat = policy({"a": 1.0, "b": 1.2}, seed=3)
     v = judge_seed(0, {"sft": sft, "final": good, "control": flat, "ablation": flat})
-    assert v.reaches_bar and v.above_sft and v.control_flat and v.passed
-    # a control that learned as much as the final policy: not flat, no pass
-    assert not judge_seed(0, {"sft": sft, "final": good, "control": good}).passed
+    assert v.reaches_bar and v.above_sft and v.control_gained is False and v.passed
+    # a control that learned as much as the final policy: a gain, no pass
+    v = judge_seed(0, {"sft": sft, "final": good, "control": good})
+    assert v.control_gained and not v.passed
+    # a control that fell (drifted into replies with no program under shuffled rewards) shows no
+    # gain: the seed passes on its final policy
+    fell = policy({"a": 0.1, "b": 0.2}, seed=6)
+    v = judge_seed(0, {"sft": sft, "final": good, "control": fell})
+    assert v.control_gained is False and v.passed
     # no control run: no pass
     assert not judge_seed(0, {"sft": sft, "final": good}).passed
     # above SFT but under the bar
@@ -227,10 +241,19 @@ def test_the_pass_rule():
     assert not judge_seed(0, {"sft": high_sft, "final": good, "control": flat}).above_sft
 
 
-def test_flat_means_no_shown_difference_or_within_five_percent():
+def test_flat_means_no_shown_difference_or_within_five_percent_and_a_gain_is_a_shown_rise_beyond_it():
     assert is_flat(Interval(0.02, -0.01, 0.05), 1.0)
     assert is_flat(Interval(0.04, 0.03, 0.05), 1.0)
     assert not is_flat(Interval(0.2, 0.1, 0.3), 1.0)
+    assert [trend(Interval(m, lo, hi), 1.0) for m, lo, hi in ((0.02, -0.01, 0.05), (0.2, 0.1, 0.3), (-0.8, -0.9, -0.7))] == [
+        "flat",
+        "rose",
+        "fell",
+    ]
+    assert gained(Interval(0.2, 0.1, 0.3), 1.0)
+    assert not gained(Interval(0.04, 0.03, 0.05), 1.0)  # shown, but within 5%
+    assert not gained(Interval(0.2, -0.1, 0.5), 1.0)  # not shown
+    assert not gained(Interval(-0.8, -0.9, -0.7), 1.0)  # fell
 
 
 def test_the_evaluator_pool_spreads_over_every_eval_device_given():
@@ -262,9 +285,14 @@ def test_lanes_of_one_machine_start_from_the_arms_and_their_samples_are_gathered
     grpo = lane("grpo", {"sft": "A", "grpo": "G"})
     control = lane("control", {"sft": "B", "control": "C"})  # its own SFT run: other samples
     work = tmp_path / "work"
-    take_from(work, [grpo, control])
+    # a training lane starts from the arms alone: samples it took along would later be gathered
+    # from its folder as its own
+    start = tmp_path / "lane"
+    take_from(start, [grpo], samples=False)
+    assert (start / "shown.db").is_file() and not list(start.glob("seed-*"))
+    take_from(work, [grpo, control], samples=True)
     got = {p.stem: p.read_text() for p in (work / "seed-0" / "samples").glob("*.json")}
     assert got == {"sft": "A", "grpo": "G", "control": "C"}  # the first lane's SFT samples kept
     assert (work / "shown.db").read_text() == "shown" and (work / "arms" / "candidates.db").is_file()
     with pytest.raises(SystemExit, match="no measured arms"):
-        take_from(work, [tmp_path / "empty"])
+        take_from(work, [tmp_path / "empty"], samples=True)
