@@ -6,7 +6,7 @@ its SFT policy wrote, beyond noise, on every seed, while a control with shuffled
     python benchmarks/learning_check.py --stage control ablation --seeds 0 --resume
     python benchmarks/learning_check.py --stage remeasure report --resume
     python benchmarks/learning_check.py --device cpu --seeds 0 --steps 6 --generations 4 --samples 8 \
-        --sft-lr 2e-3 --policy-hidden 128 --policy-layers 2   # the CPU miniature, all stages (about 10 min)
+        --sft-lr 2e-3 --policy-hidden 128 --policy-layers 2   # the CPU miniature, all stages (about 4 min)
 
 Stages (``--stage``, several allowed; each skips what ``--work`` already holds, so a call cut off
 by the device tool's limit is resumed by the same command with ``--resume``):
@@ -36,7 +36,8 @@ by the device tool's limit is resumed by the same command with ``--resume``):
   difference (``learning_stats.py`` says which test and why), the best reachable;
   ``learning-check.json``.
   Pass: on every seed the final policy's mean >= 1.3x and above the SFT policy's beyond the paired
-  interval, and the control flat (its difference interval holds 0, or within 5% of the SFT score).
+  interval, and the control shows no gain (its paired difference from SFT is not above 0 beyond
+  its interval by more than 5% of the SFT score: flat, or fell).
   Exit 0 on a pass, 1 otherwise.
 
 GPU plan. ``prepare`` measures the arms once: over three H200s (``--eval-devices cuda:0 cuda:1
