@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from rich.console import Console
@@ -29,7 +30,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learning_settings import pick_tasks  # noqa: E402
+from learning_settings import named_tasks, pick_tasks  # noqa: E402
 from tiny_policy import build_policy  # noqa: E402
 
 from cudal1.config import GRPOStageConfig  # noqa: E402
@@ -39,12 +40,24 @@ from cudal1.train.grpo import STEPS_FILE, run_grpo  # noqa: E402
 console = Console()
 
 
+def nvml_handle(pynvml: Any, device: int) -> Any:
+    """The NVML handle of CUDA device ``device`` of this process. NVML numbers the host's GPUs and
+    ignores ``CUDA_VISIBLE_DEVICES``: in a lane of GPUs 1,2, NVML's index 0 is another lane's GPU.
+    The device's UUID names the same GPU in both."""
+    try:
+        return pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{torch.cuda.get_device_properties(device).uuid}")
+    except Exception:  # an older torch or NVML: the index, right when every GPU is visible
+        return pynvml.nvmlDeviceGetHandleByIndex(device)
+
+
 class UtilisationSampler:
-    """NVML utilisation of one GPU every ``period`` seconds, with wall-clock timestamps."""
+    """NVML utilisation of this process's CUDA device ``index`` every ``period`` seconds, with
+    wall-clock timestamps."""
 
     def __init__(self, index: int, period: float = 0.1) -> None:
         self.samples: list[tuple[float, int]] = []
         self.period, self.index = period, index
+        self.gpu = "-"  # the sampled GPU's NVML UUID, once known
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -54,7 +67,9 @@ class UtilisationSampler:
         except ImportError:
             return
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)
+        handle = nvml_handle(pynvml, self.index)
+        uuid = pynvml.nvmlDeviceGetUUID(handle)
+        self.gpu = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
         while not self._stop.is_set():
             self.samples.append((time.time(), pynvml.nvmlDeviceGetUtilizationRates(handle).gpu))
             time.sleep(self.period)
@@ -74,12 +89,17 @@ def main() -> None:
     )
     parser.add_argument("--work", type=Path, default=Path("runs/training-bench"))
     parser.add_argument("--model", type=Path, default=Path("runs/learning-check/seed-0/sft/model"))
-    parser.add_argument("--tasks", type=int, default=6)
+    parser.add_argument("--tasks", type=int, default=6, help="how many bundled tasks, alternating levels")
+    parser.add_argument(
+        "--task-names", nargs="+", default=None,
+        help="these bundled tasks instead (the learning check's, for its SFT policy as --model)",
+    )
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--eval-devices", nargs="*", default=None)
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
-    tasks = pick_tasks(args.tasks, "gpu" if cuda else "cpu")
+    size = "gpu" if cuda else "cpu"
+    tasks = named_tasks(args.task_names, size) if args.task_names else pick_tasks(args.tasks, size)
     shutil.rmtree(args.work, ignore_errors=True)
     model = args.model if is_model_dir(args.model) else build_policy(args.work / "tiny", tasks)
     cfg = GRPOStageConfig.model_validate(
@@ -122,6 +142,7 @@ def main() -> None:
     mean = statistics.fmean
     table.add_row("training GPU utilisation inside reward windows", f"{mean(inside):.0f}%" if inside else "-")
     table.add_row("training GPU utilisation outside them", f"{mean(outside):.0f}%" if outside else "-")
+    table.add_row("utilisation sampled on (NVML)", sampler.gpu)
     console.print(table)
 
 
