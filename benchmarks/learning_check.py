@@ -270,6 +270,11 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-4, help="GRPO learning rate (full fine-tune)")
     parser.add_argument("--generations", type=int, default=8, help="samples per prompt (one GRPO group)")
     parser.add_argument(
+        "--beta", type=float, default=0.0,
+        help="GRPO's KL coefficient against the SFT policy (0: none). With none, the shuffled-reward"
+        " controls of seeds 0 and 2 on four H200s drifted far below their SFT policy (2026-11-28)",
+    )
+    parser.add_argument(
         "--temperature", type=float, default=1.0, help="GRPO's and the re-measurement's sampling temperature"
     )
     parser.add_argument(

@@ -76,6 +76,7 @@ def grpo_config(args: argparse.Namespace, n_tasks: int, seed: int, *, show_speed
             },
             "lora": {"enabled": False},
             "num_generations": args.generations,
+            "beta": args.beta,
             "sampling": {"max_tokens": args.max_tokens, "temperature": args.temperature},
             "seed_baselines": False,
             "seed": seed,

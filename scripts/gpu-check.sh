@@ -244,6 +244,7 @@ if [[ $what == train ]]; then
       w=$(option --work "$@"); w=${w:-runs/learning-check}
       keep=$(mktemp -d)/$(basename "$w"); mkdir -p "$keep"
       cp "$w/learning-check.json" "$OUT/" 2>/dev/null
+      cp "$w/learning-check.json" "$keep/" 2>/dev/null  # and in the archive: gpu-unpack.sh puts it in $w
       # A database is its file and its write-ahead log (-wal): the script has exited, so the two
       # copied together are whole. The file alone came back empty (2026-11-28: no arms table).
       for d in arms remeasure; do [[ -d $w/$d ]] && mkdir -p "$keep/$d" && cp "$w/$d"/*.db* "$w/$d"/*.log "$keep/$d/" 2>/dev/null; done

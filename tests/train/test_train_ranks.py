@@ -3,6 +3,8 @@ one run directory, one database, one evaluator service, each candidate evaluated
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
 import re
@@ -13,11 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from train_fixtures import GELU, grpo_config
+from transformers import TrainingArguments
+from transformers.training_args import ParallelMode
 
 from cudal1.run.database import CandidateDB
 from cudal1.train.grpo import check_own_eval_devices
-from cudal1.train.models import TrainError
+from cudal1.train.models import TrainError, one_device
 from cudal1.train.ranks import Ranks
 
 SMALL: dict[str, Any] = {"max_steps": 2, "report_to": "none", "max_tokens": 400}
@@ -78,3 +83,57 @@ def test_each_process_trains_on_its_own_gpu() -> None:
     assert second.training_device("cpu", "cpu") == "cpu"
     with pytest.raises(TrainError, match="its own GPU"):
         second.training_device("cuda", "cuda:0")  # every process on one GPU
+
+
+class _NoLauncherArgs:
+    """What HF's TrainingArguments does with no launcher: its (cached) device setup counts every
+    visible GPU as its own and picks cuda:0."""
+
+    def __init__(self, visible: int, distributed: bool = False) -> None:
+        self.visible, self.distributed = visible, distributed
+
+    @functools.cached_property
+    def _setup_devices(self) -> torch.device:
+        self._n_gpu = self.visible
+        return torch.device("cuda:0")
+
+    @property
+    def device(self) -> torch.device:
+        return self._setup_devices
+
+    @property
+    def n_gpu(self) -> int:
+        _ = self._setup_devices
+        return self._n_gpu
+
+    @property
+    def parallel_mode(self) -> ParallelMode:
+        if self.distributed:
+            return ParallelMode.DISTRIBUTED
+        return ParallelMode.NOT_DISTRIBUTED if self.n_gpu > 1 else ParallelMode.NOT_PARALLEL
+
+
+def test_a_process_no_launcher_started_trains_on_its_one_gpu_while_the_others_evaluate(monkeypatch) -> None:
+    """On two H200s, SFT and GRPO with --eval-devices cuda:1 stopped before their first step:
+    TRL's trainers refuse the nn.DataParallel HF's Trainer sets up over every visible GPU."""
+    current: list[torch.device] = []
+    monkeypatch.setattr(torch.cuda, "set_device", current.append)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    args = one_device(_NoLauncherArgs(visible=2), "cuda")
+    assert args.n_gpu == 1 and args.parallel_mode is ParallelMode.NOT_PARALLEL
+    assert args.device == torch.device("cuda", 0) and current == [torch.device("cuda", 0)]
+    # a GPU named in the config is the one trained on, not HF's cuda:0
+    args = one_device(_NoLauncherArgs(visible=4), "cuda:2")
+    assert args.device == torch.device("cuda:2") and args.n_gpu == 1 and current[-1] == torch.device("cuda:2")
+    # under a launcher each process has its own GPU already; on the CPU nothing is pinned
+    launched = one_device(_NoLauncherArgs(visible=1, distributed=True), "cuda:1")
+    assert launched.device == torch.device("cuda:0")
+    cpu = _NoLauncherArgs(visible=2)
+    assert one_device(cpu, "cpu") is cpu and "_setup_devices" not in cpu.__dict__
+
+
+def test_the_device_setup_one_device_replaces_is_hfs_cached_one() -> None:
+    """``one_device`` sets the cached value of HF's ``_setup_devices``: a transformers release that
+    renames it or stops caching it must fail here, not on the GPU machine."""
+    assert isinstance(inspect.getattr_static(TrainingArguments, "_setup_devices"), functools.cached_property)
+    assert "_n_gpu" in inspect.getsource(TrainingArguments)

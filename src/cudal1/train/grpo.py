@@ -66,6 +66,7 @@ from cudal1.train.models import (
     last_checkpoint,
     load_policy,
     lora_for,
+    one_device,
     progress_callbacks,
     save_policy,
     trainer_arguments,
@@ -181,7 +182,7 @@ def grpo_arguments(config: GRPOStageConfig, out: Path, device: str) -> GRPOConfi
     check_generation(config.generation)
     s = config.sampling
     try:
-        return GRPOConfig(
+        args = GRPOConfig(
             **trainer_arguments(config.optim, out, device),
             **generation_arguments(config.generation),
             num_generations=config.num_generations,
@@ -198,6 +199,7 @@ def grpo_arguments(config: GRPOStageConfig, out: Path, device: str) -> GRPOConfi
         )
     except ValueError as exc:  # e.g. a generation batch not divisible by num_generations
         raise TrainError(f"GRPO settings: {exc}") from None
+    return one_device(args, device)
 
 
 def pool_devices(config: GRPOStageConfig) -> tuple[str, ...]:

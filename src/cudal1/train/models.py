@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from peft import LoraConfig, PeftModel
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
+from transformers.training_args import ParallelMode
 
 from cudal1.config import LoraSettings, ModelSave, OptimSettings
 from cudal1.llm.model_dir import ModelDirError, load_causal_lm, load_tokenizer, read_model_dir
@@ -78,6 +79,25 @@ def training_device(device: str) -> str:
         if ":" in device:
             torch.cuda.set_device(int(device.split(":")[1]))
     return device
+
+
+def one_device(args: Any, device: str) -> Any:
+    """Pin a TRL config (``SFTConfig``, ``GRPOConfig``) of a process that no launcher started to
+    ``device`` alone. With no launcher, HF's ``Trainer`` counts every visible GPU as its own
+    (``n_gpu``: ``nn.DataParallel``), which TRL's trainers refuse ("does not support
+    nn.DataParallel": on two H200s, ``--eval-devices cuda:1`` stopped SFT and GRPO before their
+    first step, 2026-11-28), and it places the model on cuda:0 whatever GPU was made current. Here
+    the other GPUs are the evaluator's (``eval_devices``). Under a launcher each process has its
+    own GPU already; on the CPU there is nothing to pin."""
+    if not device.startswith("cuda"):
+        return args
+    target = torch.device(device) if ":" in device else torch.device("cuda", torch.cuda.current_device())
+    if args.parallel_mode == ParallelMode.DISTRIBUTED:  # runs HF's device setup (cached)
+        return args
+    args.__dict__["_setup_devices"] = target  # the cached value of ``args.device``
+    args._n_gpu = 1
+    torch.cuda.set_device(target)
+    return args
 
 
 def use_bf16(precision: str, device: str) -> bool:

@@ -26,6 +26,7 @@ from cudal1.train.models import (
     last_checkpoint,
     load_policy,
     lora_for,
+    one_device,
     progress_callbacks,
     save_policy,
     trainer_arguments,
@@ -69,8 +70,9 @@ def fine_tune(
     """Train on ``rows`` from ``model_path``; resumes from ``out``'s newest checkpoint; returns
     the saved model directory ``out/model``. ``progress`` gets a ``TrainStep`` event per logged step."""
     device = training_device(device)
-    args = SFTConfig(
-        **trainer_arguments(optim, out, device), max_length=max_length, completion_only_loss=True
+    args = one_device(
+        SFTConfig(**trainer_arguments(optim, out, device), max_length=max_length, completion_only_loss=True),
+        device,
     )
     model, tokenizer = load_policy(model_path, bf16=bool(args.bf16), train_adapter=lora.enabled)
     trainer = SFTTrainer(
