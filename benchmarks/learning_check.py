@@ -51,7 +51,9 @@ times nothing: every reward is an arm's stored result or a parse failure. A GRPO
 took 246 s when its samples mostly wrote arms (the ablation of seed 0), and 13-21 steps in 400 s
 when strays were evaluated (up to 71 s a step for their torch.compile builds). Since nothing is
 timed, the three policies of a seed share one GPU at once (``gpu-check.sh`` lanes run steps
-joined by ``&`` together):
+joined by ``&`` together): on four H200s each seed's three (SFT, 30 GRPO steps, samples) were
+done inside a call of 281 s, and the re-measurement of all nine policies and the SFT ones (77
+distinct programs) took two lanes of two GPUs and one GPU (2026-11-28):
 
 1. ``lanes '0:train learning-check sft grpo --seeds 0 --from runs/learning-check --work
    runs/learning-check-s0-grpo & train learning-check sft control --seeds 0 --from ... --work

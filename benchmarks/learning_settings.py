@@ -21,7 +21,11 @@ from cudal1.schema import Task
 from cudal1.tasks import bundled_tasks
 
 console = Console(width=None if sys.stdout.isatty() else 160)
-GPU_TASKS = ("3_softmax", "2_conv_bn_relu", "4_transformer_block", "6_conv_maxpool_sigmoid_sum")
+# The three tasks of the passing GPU run (four H200s, 2026-11-28). 6_conv_maxpool_sigmoid_sum was
+# left out there: its arms had been measured when the probes failed honest TF32 convolutions. Its
+# arms measured since all verify (torch.compile default 1.792x at best, a single block, so nothing
+# held out); add it with --tasks.
+GPU_TASKS = ("3_softmax", "2_conv_bn_relu", "4_transformer_block")
 CPU_TASKS = ("2_conv2d", "3_softmax")
 MODEL = "model"
 
