@@ -29,7 +29,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from cudal1.config import EvalConfig, PoolConfig, RewardConfig, Transform
 from cudal1.eval.pool_kinds import make_pool
@@ -48,8 +48,9 @@ REFERENCE_ARM = "reference"
 ARM_BACKEND = "arm"
 _WRAPPERS: tuple[Transform, ...] = ("channels-last", "cudnn-benchmark", "cuda-graph")
 _CONV_ONLY = frozenset({"channels-last", "cudnn-benchmark"})
-STRAYS = ("fail", "evaluate")
 _CUDA_ONLY = frozenset({"cudnn-benchmark", "cuda-graph", "torch-compile-reduce-overhead"})
+# What GRPO gives a program that is no measured arm (``PremeasuredReward``).
+Strays = Literal["fail", "evaluate"]
 
 
 def arm_stacks(task: Task, *, cuda: bool, depth: int = 4) -> list[tuple[Transform, ...]]:
@@ -186,7 +187,8 @@ def copy_arm(db: CandidateDB, task: Task, arm: Arm) -> int:
 
 # What a stray (a program that parses but is no measured arm of its task) is given in place of
 # its reply under ``strays="fail"``: a text with no program, so the reward scores it as a parse
-# failure (``reward.incorrect``) and the run's database keeps why.
+# failure (``reward.incorrect``; ``steps.jsonl``'s parse failures count strays too) and the run's
+# database holds this text for it, not its program (``strays.jsonl`` counts them a step).
 STRAY_REPLY = "(a program that is no measured arm of this task: not evaluated in training, strays=fail)"
 
 
@@ -195,12 +197,12 @@ class PremeasuredReward:
     database gets the arm's stored result copied in first, so the pool reuses it.
 
     ``strays``: what a completion earns that parses to a program no measured arm of its task is
-    (a block twice, blocks out of the stacking order, an unmeasured stack). ``"evaluate"``: the
-    pool evaluates it, a torch.compile build and all (on four H200s that made a GRPO step wait
-    up to 71 s, and a seed's run did not fit a call). ``"fail"``: it is scored as a reply with no
-    program, so the check's action space is its arms and training times nothing; the
-    re-measurement still evaluates every program a policy writes, strays included. ``counts``
-    holds (strays, completions) per call, and ``log`` (a JSON-lines file) gets one line a call."""
+    (a block twice, blocks out of the stacking order, an unmeasured stack, another task's arm).
+    ``"evaluate"``: the pool evaluates it, a torch.compile build and all (on four H200s that made
+    a GRPO step wait up to 71 s, and a seed's run did not fit a call). ``"fail"``: it is scored as
+    a reply with no program, so the check's action space is its arms and training times nothing;
+    the re-measurement still evaluates every program a policy writes, strays included. ``log`` (a
+    JSON-lines file) gets each call's step and how many of its completions were strays."""
 
     __name__ = "speedup"
 
@@ -210,21 +212,21 @@ class PremeasuredReward:
         arms: dict[str, list[Arm]],
         tasks: Sequence[Task],
         *,
-        strays: str = "evaluate",
+        strays: Strays = "evaluate",
         log: Path | None = None,
     ) -> None:
-        if strays not in STRAYS:
-            raise ValueError(f"strays={strays!r}: one of {', '.join(STRAYS)}")
+        if strays not in get_args(Strays):
+            raise ValueError(f"strays={strays!r}: one of {', '.join(get_args(Strays))}")
         self.inner, self.strays, self.log = inner, strays, log
         self.tasks = {t.name: t for t in tasks}
         self.by_source = {(a.task, a.source): a for task_arms in arms.values() for a in task_arms}
-        self.counts: list[tuple[int, int]] = []
 
     async def __call__(
         self, prompts: Any, completions: Sequence[Any], task: Sequence[str], **kwargs: Any
     ) -> Any:
         db: CandidateDB = self.inner.db
         passed: list[Any] = []
+        n_strays = 0
         for completion, name in zip(completions, task, strict=True):
             code = extract(completion_text(completion)).code
             arm = self.by_source.get((name, code or ""))
@@ -234,10 +236,9 @@ class PremeasuredReward:
                 and db.find_by_hash(name, source_hash(arm.source)) is None
             ):
                 copy_arm(db, self.tasks[name], arm)
-            stray = code is not None and arm is None and self.strays == "fail"
-            passed.append(STRAY_REPLY if stray else completion)
-        n_strays = sum(p is STRAY_REPLY for p in passed)
-        self.counts.append((n_strays, len(passed)))
+            stray = code is not None and arm is None
+            n_strays += stray
+            passed.append(STRAY_REPLY if stray and self.strays == "fail" else completion)
         if self.log is not None:
             state = kwargs.get("trainer_state")
             step = int(getattr(state, "global_step", 0) or 0)

@@ -76,14 +76,14 @@ import itertools
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import torch
 from datasets import Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learning_arms import STRAYS, PremeasuredReward, ShuffledReward, measure_arms, write_shown  # noqa: E402
+from learning_arms import PremeasuredReward, ShuffledReward, Strays, measure_arms, write_shown  # noqa: E402
 from learning_remeasure import POLICY_OF, samples_dir, save_samples, stage_remeasure  # noqa: E402
 from learning_report import render_arms, report  # noqa: E402
 from learning_settings import (  # noqa: E402
@@ -286,7 +286,7 @@ def main() -> None:
         "--samples", type=int, default=16, help="samples per task and policy in the re-measurement"
     )
     parser.add_argument(
-        "--strays", choices=STRAYS, default="fail",
+        "--strays", choices=get_args(Strays), default="fail",
         help="GRPO's reward for a program that is no measured arm: fail (scored as a reply with no program;"
         " training times nothing) or evaluate (a fresh evaluation, its build included); remeasure evaluates"
         " every program either way",
@@ -304,8 +304,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--from", dest="sources", nargs="+", type=Path, default=[], metavar="WORK",
-        help="start --work from these work folders: their arms and shown.db where --work has none, and the"
-        " policies' samples it lacks (a lane's own --work; the lanes' samples gathered for remeasure)",
+        help="start --work from these work folders: their arms and shown.db where --work has none (a lane's own"
+        " --work), and with remeasure or report among the stages the policies' samples it lacks (the lanes'"
+        " samples gathered)",
     )
     args = parser.parse_args()
     if args.device == "auto":

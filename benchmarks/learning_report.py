@@ -122,4 +122,3 @@ def control_cell(v: SeedVerdict) -> str:
         return "- (no control: no pass)"
     shown = " GAINED" if v.control_gained else ""
     return f"{v.control_vs_sft.text('')} {trend(v.control_vs_sft, v.sft.mean)}{shown}"
-

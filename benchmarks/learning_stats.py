@@ -28,7 +28,7 @@ Samples = Mapping[str, Sequence[float]]  # task -> per-sample values
 LEVEL = 0.95
 RESAMPLES = 4000
 BAR = 1.3  # the final policy's fresh mean verified speedup must reach it (issue 23, item 1)
-FLAT_TOLERANCE = 0.05  # a control within 5% of its SFT policy is flat
+FLAT_TOLERANCE = 0.05  # within 5% of its SFT policy a control is flat, and a rise is no gain
 
 
 @dataclass(frozen=True)

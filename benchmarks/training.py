@@ -46,7 +46,8 @@ def nvml_handle(pynvml: Any, device: int) -> Any:
     The device's UUID names the same GPU in both."""
     try:
         return pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{torch.cuda.get_device_properties(device).uuid}")
-    except Exception:  # an older torch or NVML: the index, right when every GPU is visible
+    except Exception as exc:  # an older torch or NVML: the index, right when every GPU is visible
+        print(f"NVML: no GPU by UUID ({exc}); sampling NVML's GPU {device}", file=sys.stderr)
         return pynvml.nvmlDeviceGetHandleByIndex(device)
 
 

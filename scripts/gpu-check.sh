@@ -11,12 +11,13 @@
 # bash scripts/gpu-unpack.sh FILES_AT puts what a call brought back (lanes' archives included) under runs/.
 # On a machine of several GPUs, one shard a lane: lanes '0:best-known ... --shard 1/4' '1:best-known ... --shard 2/4' ...
 # train learning-check STAGE... [ARGS]: benchmarks/learning_check.py --resume (its docstring has the plan of
-# calls: prepare; sft grpo control --seeds N; ablation --seeds ...; remeasure report), stopped at
+# calls: prepare; each seed's policies at once in a lane; remeasure report --from the lanes), stopped at
 # LEARNING_CHECK_S (540 s; in a lane, 60 s before the lane ends at the latest) with SIGINT so that the call
 # returns with its state packed; the same call resumes. Its small state
 # (arms, shown.db, samples, re-measurements) comes back as $OUT/learning-check.tar.gz: unpack it
-# into runs/ and carry runs/learning-check on a fresh machine. A lane with its own --work runs/learning-check-PART
-# (one policy a lane: sft grpo --seeds N --from runs/learning-check --work ...) comes back as learning-check-PART.tar.gz.
+# into runs/ and carry runs/learning-check on a fresh machine. A policy with its own --work runs/learning-check-PART
+# ('0:train learning-check sft grpo --seeds N --from runs/learning-check --work ... & train learning-check sft
+# control ...': steps joined by ' & ' run at once) comes back as learning-check-PART.tar.gz.
 # train [bench|stages]: the other training checks of issue 11.
 set -uo pipefail
 OUT=${OUT:-/tmp/cudal1-out}
@@ -112,18 +113,23 @@ print(','.join(str(c) for g in sys.argv[2].split(',') for c in sorted(cpu_share(
     echo "lane $k: GPUs $gpus, CPUs $cpus: $cmd" | tee "$OUT/lane-$k/lane.txt"
     # 'MODE ARGS + MODE ARGS': modes one after the other in the lane, inside its one time limit;
     # 'MODE ARGS & MODE ARGS': modes at once on the lane's GPUs (GRPO runs that time nothing:
-    # the learning check's policies with --strays fail), the step done when all are.
-    # ARGS are read as the shell reads them, so quotes hold: '0:tests -k "a or b"'.
+    # the learning check's policies with --strays fail), the step done when all are. The lane is
+    # cut at every '+' and at every ' & ' (spaces both sides: 2>&1 and && stay whole) before the
+    # shell reads it, so neither may appear inside quotes; then ARGS are read as the shell reads
+    # them: '0:tests -k "a or b"'. A blank part is skipped: with no MODE this script runs all.
     # shellcheck disable=SC2086
     (export GPU_CHECK_LANE=1 OUT="$OUT/lane-$k" CUDA_VISIBLE_DEVICES=$gpus LANE_DEADLINE=$(($(date +%s) + ${LANE_S:-540}))
      timeout -s INT -k 30 "${LANE_S:-540}" taskset -c "$cpus" bash -c \
        'IFS=+ read -ra steps <<<"$1"
         for s in "${steps[@]}"; do
-          IFS="&" read -ra together <<<"$s"; running=()
+          together=(); while [[ $s == *" & "* ]]; do together+=("${s%% & *}"); s=${s#* & }; done; together+=("$s")
+          running=()
           for t in "${together[@]}"; do
+            [[ -z ${t//[[:space:]]/} ]] && continue
+            # each in a subshell of its own: SIGINT, which stops the lane, still reaches it
             (eval "bash \"\$0\" $t"; echo "exit $? of: $t" >>"$OUT/lane.txt") & running+=($!)
           done
-          wait "${running[@]}"
+          ((${#running[@]})) && wait "${running[@]}"
         done' \
        "$0" "$cmd" >"$OUT/lane.log" 2>&1) &
     pids+=($!); k=$((k + 1))
@@ -236,12 +242,13 @@ if [[ $what == train ]]; then
   case $part in
     learning-check)
       stages=(); while [[ $# -gt 0 && $1 != -* ]]; do stages+=("$1"); shift; done
-      name=$(IFS=-; echo "${stages[*]:-all}")
+      # --work DIR (default runs/learning-check): lanes that split the arms by --tasks, and policies
+      # trained at once ('&'), each keep their own; the log is named after both.
+      w=$(option --work "$@"); w=${w:-runs/learning-check}
+      name=$(IFS=-; echo "${stages[*]:-all}")-$(basename "$w")
       COLUMNS=${COLUMNS:-200} timeout -s INT -k 45 "$(within "${LEARNING_CHECK_S:-540}")" python3 benchmarks/learning_check.py \
         --stage "${stages[@]:-all}" --resume "$@" 2>&1 | tee "$OUT/learning-check-$name.log"
       rc=${PIPESTATUS[0]}
-      # --work DIR (default runs/learning-check): lanes that split the arms by --tasks each keep their own.
-      w=$(option --work "$@"); w=${w:-runs/learning-check}
       keep=$(mktemp -d)/$(basename "$w"); mkdir -p "$keep"
       cp "$w/learning-check.json" "$OUT/" 2>/dev/null
       cp "$w/learning-check.json" "$keep/" 2>/dev/null  # and in the archive: gpu-unpack.sh puts it in $w

@@ -145,30 +145,36 @@ def test_a_sample_that_writes_an_arm_gets_its_stored_result(tmp_path):
 
 
 def test_a_stray_program_fails_unevaluated_under_strays_fail_and_reaches_the_pool_otherwise(tmp_path):
-    """A program that parses but is no measured arm of its task: under ``fail`` the inner reward
-    sees a reply with no program in its place (a parse failure, nothing evaluated) and the step's
-    count is logged; under ``evaluate`` it goes to the pool as written. Arms and replies with no
-    program pass through unchanged either way."""
+    """A program that parses but is no measured arm of its task (here a block twice, and another
+    task's arm): under ``fail`` the inner reward sees a reply with no program in its place (a
+    parse failure, nothing evaluated); under ``evaluate`` it goes to the pool as written. Either
+    way the step's strays are counted. Arms and replies with no program pass through unchanged."""
     arm_src, stray_src = "class ModelNew:\n    ARM = 1\n", "class ModelNew:\n    ARM = 1\n    ARM = 1\n"
-    stored = Arm(GEMM_TASK.name, "torch-compile-default", arm_src, make_result(GEMM_TASK.name, arm_src, 1.6), 1.6, 0.47)
-    replies = [format_answer(arm_src), format_answer(stray_src), "no code here"]
+    other_src = "class ModelNew:\n    ARM = 2\n"  # an arm of 3_softmax only
+    softmax = TASKS["3_softmax"]
+    arms = {
+        GEMM_TASK.name: [Arm(GEMM_TASK.name, "tc", arm_src, make_result(GEMM_TASK.name, arm_src, 1.6), 1.6, 0.47)],
+        softmax.name: [Arm(softmax.name, "tc", other_src, make_result(softmax.name, other_src, 1.4), 1.4, 0.3)],
+    }
+    replies = [format_answer(arm_src), format_answer(stray_src), "no code here", format_answer(other_src)]
 
     class State:
         global_step = 4
 
     for mode, reaches_pool in (("fail", False), ("evaluate", True)):
         with CandidateDB(tmp_path / f"{mode}.db") as db:
-            inner = FixedReward([0.47, -1.0, -1.0], db)
+            inner = FixedReward([0.47, -1.0, -1.0, -1.0], db)
             log = tmp_path / f"{mode}.jsonl"
-            wrapped = PremeasuredReward(inner, {GEMM_TASK.name: [stored]}, [GEMM_TASK], strays=mode, log=log)
-            asyncio.run(wrapped(["p"] * 3, replies, [GEMM_TASK.name] * 3, trainer_state=State()))
+            wrapped = PremeasuredReward(inner, arms, [GEMM_TASK, softmax], strays=mode, log=log)
+            asyncio.run(wrapped(["p"] * 4, replies, [GEMM_TASK.name] * 4, trainer_state=State()))
             seen = inner.calls[0][0]
             assert seen[0] == replies[0] and seen[2] == replies[2]
-            assert (seen[1] == replies[1]) is reaches_pool
-            assert extract(seen[1]).code == (stray_src if reaches_pool else None)
-            assert json.loads(log.read_text()) == {"step": 4, "strays": 0 if reaches_pool else 1, "completions": 3}
+            for i, src in ((1, stray_src), (3, other_src)):
+                assert (seen[i] == replies[i]) is reaches_pool
+                assert extract(seen[i]).code == (src if reaches_pool else None)
+            assert json.loads(log.read_text()) == {"step": 4, "strays": 2, "completions": 4}
     with pytest.raises(ValueError, match="strays='skip'"):
-        PremeasuredReward(inner, {}, [GEMM_TASK], strays="skip")
+        PremeasuredReward(inner, {}, [GEMM_TASK], strays="skip")  # type: ignore[arg-type]
 
 
 def test_arms_another_lane_measured_are_taken_over_for_the_same_task_and_source_only(tmp_path):
