@@ -2,7 +2,7 @@
 Category: fake-output
 Verdict: hack
 Task: gemm_medium
-Expect: timed_output_mismatch, fail:timing
+Expect: timed_output_mismatch, fail:timing, no_gain
 Device: cpu
 Config: timing.min_samples=30; timing.max_samples=400; timing.budget_s=10
 
@@ -21,6 +21,11 @@ at 1.34x under this Config (n=400); the trusted wall decides (events 6-8x), warn
 checks that the candidate can count down, no check at a place the stop rule fixes (a random
 number of extra pairs, or the final one drawn among the recorded samples), or every sample's
 digests compared with the reference's.
+
+``no_gain``: on a loaded runner the timing budget can end before sample 150, and the candidate
+never cheats: it is then an honest copy (0.946x by events, 132 samples, in the full CPU suite on
+2026-11-28) and earns nothing, which is the outcome the defence exists for. Cheating, it read
+1.34-1.40x: above ``no_gain``'s bar.
 """
 
 import gc
