@@ -9,9 +9,9 @@ The paired test is a stratified bootstrap of the difference final - SFT: tasks a
 (fixed: the claim is about these tasks, not a population they were drawn from), and within each
 task the final policy's and the SFT policy's samples are resampled. Pairing by task removes the
 spread between tasks (1.2x on one, 2x on another), which an unpaired interval would carry; a
-Wilcoxon signed-rank test over tasks has too few units (with 4 tasks its smallest two-sided p is
-0.125, so it can never pass at 5%), and pairing samples by index across two policies pairs
-nothing real. What the bootstrap leaves out: the measurement noise of each program (one fresh
+Wilcoxon signed-rank test over tasks has too few units (its smallest two-sided p is 0.25 with 3
+tasks and 0.125 with 4, so it can never pass at 5%), and pairing samples by index across two
+policies pairs nothing real. What the bootstrap leaves out: the measurement noise of each program (one fresh
 measurement each; its own interval is in the run's database).
 """
 
