@@ -3,8 +3,6 @@ one run directory, one database, one evaluator service, each candidate evaluated
 
 from __future__ import annotations
 
-import functools
-import inspect
 import json
 import os
 import re
@@ -17,11 +15,12 @@ from typing import Any
 import pytest
 import torch
 from train_fixtures import GELU, grpo_config
-from transformers import TrainingArguments
 from transformers.training_args import ParallelMode
+from trl import SFTConfig
 
+from cudal1.config import GRPOStageConfig
 from cudal1.run.database import CandidateDB
-from cudal1.train.grpo import check_own_eval_devices
+from cudal1.train.grpo import check_own_eval_devices, grpo_arguments
 from cudal1.train.models import TrainError, one_device
 from cudal1.train.ranks import Ranks
 
@@ -85,55 +84,22 @@ def test_each_process_trains_on_its_own_gpu() -> None:
         second.training_device("cuda", "cuda:0")  # every process on one GPU
 
 
-class _NoLauncherArgs:
-    """What HF's TrainingArguments does with no launcher: its (cached) device setup counts every
-    visible GPU as its own and picks cuda:0."""
-
-    def __init__(self, visible: int, distributed: bool = False) -> None:
-        self.visible, self.distributed = visible, distributed
-
-    @functools.cached_property
-    def _setup_devices(self) -> torch.device:
-        self._n_gpu = self.visible
-        return torch.device("cuda:0")
-
-    @property
-    def device(self) -> torch.device:
-        return self._setup_devices
-
-    @property
-    def n_gpu(self) -> int:
-        _ = self._setup_devices
-        return self._n_gpu
-
-    @property
-    def parallel_mode(self) -> ParallelMode:
-        if self.distributed:
-            return ParallelMode.DISTRIBUTED
-        return ParallelMode.NOT_DISTRIBUTED if self.n_gpu > 1 else ParallelMode.NOT_PARALLEL
-
-
-def test_a_process_no_launcher_started_trains_on_its_one_gpu_while_the_others_evaluate(monkeypatch) -> None:
+def test_a_process_no_launcher_started_trains_on_its_one_gpu_while_the_others_evaluate(
+    monkeypatch, tmp_path: Path
+) -> None:
     """On two H200s, SFT and GRPO with --eval-devices cuda:1 stopped before their first step:
-    TRL's trainers refuse the nn.DataParallel HF's Trainer sets up over every visible GPU."""
+    with two GPUs visible HF's TrainingArguments count both (n_gpu 2: nn.DataParallel), which
+    TRL's trainers refuse. Real TRL configs, on a CPU that says it has two GPUs."""
     current: list[torch.device] = []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "set_device", current.append)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    args = one_device(_NoLauncherArgs(visible=2), "cuda")
+    plain = SFTConfig(output_dir=str(tmp_path / "a"), report_to="none", bf16=False)
+    assert plain.n_gpu == 2 and plain.parallel_mode is ParallelMode.NOT_DISTRIBUTED  # what TRL refuses
+    args = one_device(SFTConfig(output_dir=str(tmp_path / "b"), report_to="none", bf16=False), "cuda:1")
     assert args.n_gpu == 1 and args.parallel_mode is ParallelMode.NOT_PARALLEL
-    assert args.device == torch.device("cuda", 0) and current == [torch.device("cuda", 0)]
-    # a GPU named in the config is the one trained on, not HF's cuda:0
-    args = one_device(_NoLauncherArgs(visible=4), "cuda:2")
-    assert args.device == torch.device("cuda:2") and args.n_gpu == 1 and current[-1] == torch.device("cuda:2")
-    # under a launcher each process has its own GPU already; on the CPU nothing is pinned
-    launched = one_device(_NoLauncherArgs(visible=1, distributed=True), "cuda:1")
-    assert launched.device == torch.device("cuda:0")
-    cpu = _NoLauncherArgs(visible=2)
-    assert one_device(cpu, "cpu") is cpu and "_setup_devices" not in cpu.__dict__
-
-
-def test_the_device_setup_one_device_replaces_is_hfs_cached_one() -> None:
-    """``one_device`` sets the cached value of HF's ``_setup_devices``: a transformers release that
-    renames it or stops caching it must fail here, not on the GPU machine."""
-    assert isinstance(inspect.getattr_static(TrainingArguments, "_setup_devices"), functools.cached_property)
-    assert "_n_gpu" in inspect.getsource(TrainingArguments)
+    assert args.device == torch.device("cuda:1") and current[-1] == torch.device("cuda:1")
+    grpo_args = grpo_arguments(GRPOStageConfig.model_validate({"optim": {"report_to": "none"}}), tmp_path, "cuda")
+    assert grpo_args.n_gpu == 1 and grpo_args.device == torch.device("cuda", 0)
+    on_cpu = SFTConfig(output_dir=str(tmp_path / "c"), report_to="none", bf16=False)
+    assert one_device(on_cpu, "cpu") is on_cpu and on_cpu.n_gpu == 2  # nothing pinned on the CPU
