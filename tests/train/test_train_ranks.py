@@ -93,7 +93,6 @@ def test_a_process_no_launcher_started_trains_on_its_one_gpu_while_the_others_ev
     current: list[torch.device] = []
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "set_device", current.append)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     plain = SFTConfig(output_dir=str(tmp_path / "a"), report_to="none", bf16=False)
     assert plain.n_gpu == 2 and plain.parallel_mode is ParallelMode.NOT_DISTRIBUTED  # what TRL refuses
     args = one_device(SFTConfig(output_dir=str(tmp_path / "b"), report_to="none", bf16=False), "cuda:1")

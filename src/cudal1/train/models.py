@@ -69,8 +69,8 @@ def progress_callbacks(progress: ProgressCallback | None, phase: str) -> list[Tr
 
 
 def training_device(device: str) -> str:
-    """``auto``: the first CUDA GPU, else CPU; ``cuda:N`` becomes the current CUDA device, which
-    is the one the trainer (accelerate) places the model on."""
+    """``auto``: the first CUDA GPU, else CPU; ``cuda:N`` becomes the current CUDA device. The
+    trainer's config would put cuda:0 back (HF's device setup): ``one_device`` keeps it on N."""
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda"):
@@ -89,11 +89,11 @@ def one_device(args: Any, device: str) -> Any:
     first step, 2026-11-28), and it places the model on cuda:0 whatever GPU was made current. Here
     the other GPUs are the evaluator's (``eval_devices``). Under a launcher each process has its
     own GPU already; on the CPU there is nothing to pin."""
-    if not device.startswith("cuda"):
+    if not device.startswith("cuda") or args.parallel_mode == ParallelMode.DISTRIBUTED:
         return args
-    target = torch.device(device) if ":" in device else torch.device("cuda", torch.cuda.current_device())
-    if args.parallel_mode == ParallelMode.DISTRIBUTED:  # runs HF's device setup (cached)
-        return args
+    # The config's construction ran HF's device setup already (cuda:0, made current): plain
+    # "cuda" is that GPU, as before; "cuda:N" is N.
+    target = torch.device(device if ":" in device else "cuda:0")
     args.__dict__["_setup_devices"] = target  # the cached value of ``args.device``
     args._n_gpu = 1
     torch.cuda.set_device(target)
