@@ -15,7 +15,8 @@ combination it never saw, written from blocks it saw apart or in other stacks.
 Two reward wrappers for ``train.grpo.run_grpo(wrap_reward=...)``:
 ``PremeasuredReward`` copies an arm's measured result into the run's database the first time a
 completion writes that arm (the pool then reuses it: GRPO's rewards cost no torch.compile builds);
-``ShuffledReward`` permutes each batch's rewards (the control: the same run with no signal).
+``ShuffledReward`` permutes each batch's rewards (the control: the same run with no speed signal;
+failures keep theirs unless every reward is shuffled).
 A program that is no measured arm (a stray) is evaluated, or with ``strays="fail"`` (the check's
 default) scored as a reply with no program: see ``PremeasuredReward``.
 """
@@ -247,9 +248,12 @@ class PremeasuredReward:
         return await self.inner(prompts, passed, task, **kwargs)
 
 
-def shuffle_rewards(rewards: Sequence[float | None], rng: random.Random) -> list[float | None]:
-    """The batch's rewards permuted over the samples that have one (None, no verdict, stays put)."""
-    slots = [i for i, r in enumerate(rewards) if r is not None]
+def shuffle_rewards(
+    rewards: Sequence[float | None], rng: random.Random, keep: Sequence[float] = ()
+) -> list[float | None]:
+    """The batch's rewards permuted over the samples that have one (None, no verdict, stays put),
+    except those whose reward is one of ``keep`` (the failure rewards), which stay put too."""
+    slots = [i for i, r in enumerate(rewards) if r is not None and r not in keep]
     values = [rewards[i] for i in slots]
     rng.shuffle(values)
     out = list(rewards)
@@ -258,15 +262,28 @@ def shuffle_rewards(rewards: Sequence[float | None], rng: random.Random) -> list
     return out
 
 
+ControlShuffle = Literal["verified", "all"]
+
+
 class ShuffledReward:
-    """The control: the wrapped reward's values shuffled within each batch, so GRPO sees the
-    same reward distribution with no link to what a sample wrote. It must not learn."""
+    """The control: the wrapped reward's values shuffled within each batch, so that what a
+    sample wrote says nothing about the reward it gets. It must not gain.
+
+    ``failures``: rewards that stay with their samples (``verified`` shuffling: a reply with no
+    program, a stray, an incorrect or rejected candidate keeps the failure reward; a verified
+    arm slow enough to reach the reward's lower clip earns the same and stays too). Then only the
+    speed signal is taken away: the control still learns to write a program that verifies, as
+    the final policy does, and any gain the final policy has beyond it is the speedups'. With
+    every reward shuffled (``all``, ``failures=()``) the noise also takes the difference between
+    a program and none: on four H200s two of three such controls drifted into replies with no
+    program and fell far below their SFT policy, at beta 0 (2026-11-28)."""
 
     __name__ = "speedup"
 
-    def __init__(self, inner: Any, seed: int) -> None:
+    def __init__(self, inner: Any, seed: int, failures: Sequence[float] = ()) -> None:
         self.inner = inner
         self.rng = random.Random(f"control:{seed}")
+        self.failures = tuple(failures)
 
     async def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:
-        return shuffle_rewards(await self.inner(*args, **kwargs), self.rng)
+        return shuffle_rewards(await self.inner(*args, **kwargs), self.rng, self.failures)

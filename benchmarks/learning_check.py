@@ -83,7 +83,14 @@ from datasets import Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learning_arms import PremeasuredReward, ShuffledReward, Strays, measure_arms, write_shown  # noqa: E402
+from learning_arms import (  # noqa: E402
+    ControlShuffle,
+    PremeasuredReward,
+    ShuffledReward,
+    Strays,
+    measure_arms,
+    write_shown,
+)
 from learning_remeasure import POLICY_OF, samples_dir, save_samples, stage_remeasure  # noqa: E402
 from learning_report import render_arms, report  # noqa: E402
 from learning_settings import (  # noqa: E402
@@ -213,12 +220,13 @@ def stage_grpo(work: Path, tasks: list[Task], args: argparse.Namespace, seed: in
     if not (out / DB_FILE).is_file():
         shutil.copy(work / "shown.db", out / DB_FILE)
     arms = load_arms(work, tasks, args)
+    cfg = grpo_config(args, len(tasks), seed, show_speedups=kind != "ablation")
+    failures = (cfg.reward.incorrect, cfg.reward.reject) if args.control_shuffle == "verified" else ()
 
     def wrap(reward: Any) -> Any:
         premeasured = PremeasuredReward(reward, arms, tasks, strays=args.strays, log=out / "strays.jsonl")
-        return ShuffledReward(premeasured, seed) if kind == "control" else premeasured
+        return ShuffledReward(premeasured, seed, failures) if kind == "control" else premeasured
 
-    cfg = grpo_config(args, len(tasks), seed, show_speedups=kind != "ablation")
     run_grpo(start / MODEL, tasks, out, cfg, resume=True, wrap_reward=wrap)
     save_samples(work, tasks, args, seed, POLICY_OF[kind], out)
 
@@ -275,6 +283,12 @@ def main() -> None:
         "--beta", type=float, default=0.0,
         help="GRPO's KL coefficient against the SFT policy (0: none). With none, the shuffled-reward"
         " controls of seeds 0 and 2 on four H200s drifted far below their SFT policy (2026-11-28)",
+    )
+    parser.add_argument(
+        "--control-shuffle", choices=get_args(ControlShuffle), default="verified",
+        help="the control's rewards: verified (those of the batch's verified samples permuted among them;"
+        " a failure keeps its reward, so only the speed signal is gone) or all (every reward permuted,"
+        " failures' too: the noise also teaches replies with no program)",
     )
     parser.add_argument(
         "--temperature", type=float, default=1.0, help="GRPO's and the re-measurement's sampling temperature"

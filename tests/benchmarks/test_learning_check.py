@@ -112,6 +112,21 @@ def test_shuffled_rewards_keep_the_batch_values_and_the_missing_verdicts():
     assert out != rewards
 
 
+def test_verified_shuffling_leaves_the_failures_where_they_are_and_permutes_the_rest():
+    """The control's default: only the speed signal is taken away. A failure's reward (-1.0, and
+    -2.0 given as a second failure value) stays with its sample, so writing no program is still
+    worse than writing one; the verified samples' rewards are permuted among themselves."""
+    rewards = [0.4, -1.0, 0.1, None, -2.0, 0.7, -0.3, -1.0, 0.2, 0.5]
+    outs = [shuffle_rewards(rewards, random.Random(s), keep=(-1.0, -2.0)) for s in range(20)]
+    for out in outs:
+        assert [out[i] for i in (1, 3, 4, 7)] == [-1.0, None, -2.0, -1.0]
+        moved = [out[i] for i in (0, 2, 5, 6, 8, 9)]
+        assert sorted(moved) == sorted([0.4, 0.1, 0.7, -0.3, 0.2, 0.5])
+    assert any(out != rewards for out in outs)
+    every = [shuffle_rewards(rewards, random.Random(s)) for s in range(20)]
+    assert any(out[1] != -1.0 for out in every)  # with nothing kept, failures move too
+
+
 class FixedReward:
     def __init__(self, values, db=None):
         self.values, self.db, self.calls = values, db, []
@@ -127,6 +142,11 @@ def test_the_control_wrapper_shuffles_what_the_reward_returns_and_passes_everyth
     out = asyncio.run(control(["p"] * 16, ["c"] * 16, task=["t"] * 16, trainer_state=None))
     assert sorted(out) == [float(i) for i in range(16)] and out != inner.values
     assert inner.calls[0][2] == {"trainer_state": None} and control.__name__ == "speedup"
+    kept = ShuffledReward(FixedReward([-1.0, 0.5, -1.0, 0.2, 0.9, -1.0]), seed=3, failures=(-1.0,))
+    for _ in range(5):
+        out = asyncio.run(kept(["p"] * 6, ["c"] * 6, task=["t"] * 6))
+        assert [out[i] for i in (0, 2, 5)] == [-1.0, -1.0, -1.0]
+        assert sorted(out[i] for i in (1, 3, 4)) == [0.2, 0.5, 0.9]
 
 
 def test_a_sample_that_writes_an_arm_gets_its_stored_result(tmp_path):
