@@ -24,7 +24,9 @@ by the device tool's limit is resumed by the same command with ``--resume``):
 - **grpo**, **control**, **ablation** (per seed): contrastive GRPO from the SFT policy; the run's
   database starts as ``shown.db`` and an arm a sample writes is copied in with its stored result
   (``PremeasuredReward``: no torch.compile builds during training). The control is the same run
-  with each batch's rewards shuffled (``ShuffledReward``); the ablation starts from
+  with the rewards of each batch's verified samples shuffled among them (``ShuffledReward``,
+  ``--control-shuffle verified``): a failure keeps its reward, so the control loses the speed
+  signal alone (``all`` shuffles every reward); the ablation starts from
   ``ablation-sft`` and hides the speedups from every prompt.
 - **remeasure** (``learning_remeasure.py``): each policy (SFT, final, control, ablation of every
   seed) was sampled ``--samples`` times on each task's first prompt, at GRPO's temperature, right
@@ -280,9 +282,11 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-4, help="GRPO learning rate (full fine-tune)")
     parser.add_argument("--generations", type=int, default=8, help="samples per prompt (one GRPO group)")
     parser.add_argument(
-        "--beta", type=float, default=0.0,
-        help="GRPO's KL coefficient against the SFT policy (0: none). With none, the shuffled-reward"
-        " controls of seeds 0 and 2 on four H200s drifted far below their SFT policy (2026-11-28)",
+        "--beta",
+        type=float,
+        default=0.04,
+        help="GRPO's KL coefficient against the SFT policy (0: none). With none and every reward shuffled,"
+        " the controls of seeds 0 and 2 on four H200s drifted far below their SFT policy (2026-11-28)",
     )
     parser.add_argument(
         "--control-shuffle", choices=get_args(ControlShuffle), default="verified",

@@ -117,8 +117,10 @@ def render_verdicts(verdicts: list[SeedVerdict], reach: dict[str, float]) -> Non
 
 def control_cell(v: SeedVerdict) -> str:
     """The control's paired difference from SFT, whether it is flat, fell or rose, and whether
-    the rise is a shown gain (which fails the seed)."""
+    the rise is a shown gain (which fails the seed); then the final policy's paired difference
+    from the control (shown, not judged)."""
     if v.control_vs_sft is None:
         return "- (no control: no pass)"
     shown = " GAINED" if v.control_gained else ""
-    return f"{v.control_vs_sft.text('')} {trend(v.control_vs_sft, v.sft.mean)}{shown}"
+    beyond = "" if v.final_vs_control is None else f"; final - control {v.final_vs_control.text('')}"
+    return f"{v.control_vs_sft.text('')} {trend(v.control_vs_sft, v.sft.mean)}{shown}{beyond}"

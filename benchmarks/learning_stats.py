@@ -113,6 +113,10 @@ class SeedVerdict:
     final_vs_sft: Interval
     control_vs_sft: Interval | None
     ablation_vs_sft: Interval | None
+    # Not in the pass rule: what the final policy gained beyond what GRPO's mechanics gave the
+    # control (a control that learns to write programs that verify, or sharpens onto a frequent
+    # arm, can rise with no speed signal: seed 1's on four H200s, 2026-11-28).
+    final_vs_control: Interval | None
     reaches_bar: bool
     above_sft: bool
     control_gained: bool | None  # None: no control run, which does not pass
@@ -144,6 +148,7 @@ def judge_seed(seed: int, policies: Mapping[str, Samples], bar: float = BAR) -> 
         final_vs_sft=diff,
         control_vs_sft=control_diff,
         ablation_vs_sft=ablation_diff,
+        final_vs_control=paired_difference(final, control, seed) if control else None,
         reaches_bar=final_i.mean >= bar,
         above_sft=diff.low > 0,
         control_gained=None if control_diff is None else gained(control_diff, sft_i.mean),

@@ -248,6 +248,7 @@ def test_the_pass_rule():
     flat = policy({"a": 1.0, "b": 1.2}, seed=3)
     v = judge_seed(0, {"sft": sft, "final": good, "control": flat, "ablation": flat})
     assert v.reaches_bar and v.above_sft and v.control_gained is False and v.passed
+    assert v.final_vs_control is not None and 0.3 < v.final_vs_control.mean < 0.5 and v.final_vs_control.low > 0
     # a control that learned as much as the final policy: a gain, no pass
     v = judge_seed(0, {"sft": sft, "final": good, "control": good})
     assert v.control_gained and not v.passed
@@ -257,7 +258,8 @@ def test_the_pass_rule():
     v = judge_seed(0, {"sft": sft, "final": good, "control": fell})
     assert v.control_gained is False and v.passed
     # no control run: no pass
-    assert not judge_seed(0, {"sft": sft, "final": good}).passed
+    v = judge_seed(0, {"sft": sft, "final": good})
+    assert not v.passed and v.final_vs_control is None
     # above SFT but under the bar
     low = policy({"a": 1.1, "b": 1.3}, seed=4)
     v = judge_seed(0, {"sft": sft, "final": low, "control": flat})
