@@ -274,9 +274,11 @@ class ShuffledReward:
     arm slow enough to reach the reward's lower clip earns the same and stays too). Then only the
     speed signal is taken away: the control still learns to write a program that verifies, as
     the final policy does, and any gain the final policy has beyond it is the speedups'. With
-    every reward shuffled (``all``, ``failures=()``) the noise also takes the difference between
-    a program and none: on four H200s two of three such controls drifted into replies with no
-    program and fell far below their SFT policy, at beta 0 (2026-11-28)."""
+    every reward shuffled (``all``, ``failures=()``, the check's default) the noise also takes the
+    difference between a program and none. On four H200s (2026-11-28) such controls drifted into
+    replies with no program and fell far below their SFT policy on two seeds of three at beta 0
+    and on one at beta 0.04; with ``verified`` at beta 0.04, one of three rose (it learned to
+    verify more often and sharpened onto a fast arm), the others stayed flat."""
 
     __name__ = "speedup"
 

@@ -24,9 +24,9 @@ by the device tool's limit is resumed by the same command with ``--resume``):
 - **grpo**, **control**, **ablation** (per seed): contrastive GRPO from the SFT policy; the run's
   database starts as ``shown.db`` and an arm a sample writes is copied in with its stored result
   (``PremeasuredReward``: no torch.compile builds during training). The control is the same run
-  with the rewards of each batch's verified samples shuffled among them (``ShuffledReward``,
-  ``--control-shuffle verified``): a failure keeps its reward, so the control loses the speed
-  signal alone (``all`` shuffles every reward); the ablation starts from
+  with each batch's rewards shuffled over its samples (``ShuffledReward``; ``--control-shuffle
+  verified`` permutes only the verified samples' rewards, so a failure keeps its reward and only
+  the speed signal is gone); the ablation starts from
   ``ablation-sft`` and hides the speedups from every prompt.
 - **remeasure** (``learning_remeasure.py``): each policy (SFT, final, control, ablation of every
   seed) was sampled ``--samples`` times on each task's first prompt, at GRPO's temperature, right
@@ -289,10 +289,14 @@ def main() -> None:
         " the controls of seeds 0 and 2 on four H200s drifted far below their SFT policy (2026-11-28)",
     )
     parser.add_argument(
-        "--control-shuffle", choices=get_args(ControlShuffle), default="verified",
-        help="the control's rewards: verified (those of the batch's verified samples permuted among them;"
-        " a failure keeps its reward, so only the speed signal is gone) or all (every reward permuted,"
-        " failures' too: the noise also teaches replies with no program)",
+        "--control-shuffle",
+        choices=get_args(ControlShuffle),
+        default="all",
+        help="the control's rewards: all (each batch's rewards permuted over its samples, the issue's control)"
+        " or verified (only the verified samples' rewards permuted among them; a failure keeps its reward)."
+        " On four H200s at beta 0.04 (2026-11-28) two of three controls stayed flat either way; the third"
+        " fell with all (into replies with no program) and rose with verified (it learned to verify, and"
+        " sharpened onto a fast arm)",
     )
     parser.add_argument(
         "--temperature", type=float, default=1.0, help="GRPO's and the re-measurement's sampling temperature"

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -57,7 +58,7 @@ import cudal1.eval.reference_process as r
 r._set_tf32 = lambda allowed: None
 r.main(r.ReferenceServer())
 """
-VARIANTS = {
+VARIANTS: dict[str, dict[str, Any]] = {
     "candidate (control)": {},
     "reference, plain": {"role": "reference"},
     "reference + prewarm": {"role": "reference", "prewarm": True},
@@ -155,27 +156,46 @@ def main() -> None:
         cols[3:] = ["median ratio", "range of pairs", "sd %", "floor %"]
     for col in cols:
         table.add_column(col, justify="left" if col in ("task", "side A") else "right")
-    for name in args.tasks:
-        for label in (SHORT.get(v, v) for v in args.variants):
-            runs = []
-            for _ in range(args.repeats):
-                med, lo, hi, k = pair(tasks[name], VARIANTS[label], args.samples, args.device, cpu, extra,
-                                      args.fixed_layout)
-                console.print(f"{name:14s} {label:45s} K={k:3d} {med:.4f} [{lo:.4f}, {hi:.4f}]")
-                runs.append((med, lo, hi, k))
-            if args.repeats == 1:
-                table.add_row(name, label, str(k), f"{med:.4f}", f"[{lo:.4f}, {hi:.4f}]")
-                continue
-            logs = np.log([r[0] for r in runs])
-            sd = float(np.std(logs, ddof=1))
-            # The reproducibility floor this scatter asks for: the 95% half-width of one pair's
-            # median around the true 1.0, bias included (root mean square of the log ratios).
-            rms = float(np.sqrt(np.mean(logs**2)))
-            ks = sorted({r[3] for r in runs})
-            table.add_row(name, label, f"{ks[0]}-{ks[-1]}" if len(ks) > 1 else str(ks[0]), f"{np.exp(np.median(logs)):.4f}",
-                          f"[{np.exp(logs.min()):.4f}, {np.exp(logs.max()):.4f}]", f"{100 * sd:.2f}",
-                          f"{100 * 1.96 * rms:.2f}")
+    runs: list[tuple[float, float, float, int]] = []
+    try:
+        for name in args.tasks:
+            for label in (SHORT.get(v, v) for v in args.variants):
+                runs = []
+                for _ in range(args.repeats):
+                    med, lo, hi, k = pair(tasks[name], VARIANTS[label], args.samples, args.device, cpu, extra,
+                                          args.fixed_layout)
+                    console.print(f"{name:14s} {label:45s} K={k:3d} {med:.4f} [{lo:.4f}, {hi:.4f}]")
+                    runs.append((med, lo, hi, k))
+                add_row(table, name, label, runs, args.repeats)
+                runs = []
+    except KeyboardInterrupt:  # a lane's time limit: the rows finished so far still make a table
+        # timeout(1) signals the command and then its process group: the second SIGINT would
+        # stop the table half printed.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if runs:
+            add_row(table, name, label, runs, args.repeats)
+        console.print(table)
+        raise SystemExit(130) from None
     console.print(table)
+
+
+def add_row(table: Table, name: str, label: str, runs: list[tuple[float, float, float, int]], repeats: int) -> None:
+    """One row: a single pair's median and interval, or the scatter of ``runs`` fresh pairs (a
+    row cut short says how many of ``repeats`` it has)."""
+    task = name if len(runs) == repeats else f"{name} ({len(runs)} of {repeats})"
+    if repeats == 1:
+        med, lo, hi, k = runs[0]
+        table.add_row(task, label, str(k), f"{med:.4f}", f"[{lo:.4f}, {hi:.4f}]")
+        return
+    logs = np.log([r[0] for r in runs])
+    sd = float(np.std(logs, ddof=1)) if len(runs) > 1 else float("nan")
+    # The reproducibility floor this scatter asks for: the 95% half-width of one pair's
+    # median around the true 1.0, bias included (root mean square of the log ratios).
+    rms = float(np.sqrt(np.mean(logs**2)))
+    ks = sorted({r[3] for r in runs})
+    table.add_row(task, label, f"{ks[0]}-{ks[-1]}" if len(ks) > 1 else str(ks[0]), f"{np.exp(np.median(logs)):.4f}",
+                  f"[{np.exp(logs.min()):.4f}, {np.exp(logs.max()):.4f}]", f"{100 * sd:.2f}",
+                  f"{100 * 1.96 * rms:.2f}")
 
 
 if __name__ == "__main__":

@@ -20,8 +20,11 @@ to back on fresh inputs, CUDA events), and pairs each copy with copy 0.
   averaging over placements (or widening by their scatter) is the remedy.
 - The copies agree (to about their intervals) while the processes' copy 0 scatter: the bias is the
   process's own, not its memory's; the reproducibility floor covers it. Each process also lists
-  the kernels one call launches: processes that chose different kernels for the same code
-  (cuDNN's and cuBLAS's heuristics run in each) are told apart from those that did not.
+  the kernels one call launches, with their grids, blocks, shared memory and registers and
+  their own median times over 20 profiled calls: processes that chose other kernels or launch
+  configurations for the same code (cuDNN's and cuBLAS's heuristics run in each) are told apart
+  from those that did not, and where they agree, the launches whose times differ most between
+  the processes are named.
 
 On an H200 (2026-11-28, ``--processes 3 --samples 100``, 4 copies; the script then moved only the
 copies' weights, its lead was a fixed 20 us a call, and its copies' inputs and activations most
@@ -30,7 +33,13 @@ processes within 0.1%; ``2_conv_block`` (127 us) copies within 0.4% of each othe
 process, processes 2.0% apart (126.5, 128.2, 129.1 us, run one after another); ``lb_mlp3``'s
 figures were its host's launch rates (the lead too short): copies within 2.7% (their intervals
 about +-1.5%), processes 104.6, 58.5 and 61.0 us a call. Where a process's weights lie moved
-nothing beyond the noise; inputs and activations are moved since.
+nothing beyond the noise; inputs and activations are moved since. With them moved (a memory
+pool per copy; an H200 of four, 2026-11-28, ``--tasks 2_conv_block 1_gemm --processes 6
+--samples 100``): ``2_conv_block``'s copies within 0.7% of copy 0 in every process, its processes
+127.7-130.7 us a call (1.8%), the same 11 kernels by name in each; ``1_gemm`` within 0.1% both
+ways. Fresh pairs of identical code (``pair_asymmetry.py``) scatter most on the convolution
+tasks: the bias is something each process's cuDNN convolutions keep. Launch configurations and
+per-kernel times were not recorded then.
 
 Made for a GPU; prints a table (``--json`` writes the rows).
 """
@@ -117,18 +126,52 @@ def time_calls(model: Any, inputs: list[Any], calls: int, lead_us: float, flush:
         return begin.elapsed_time(end) / calls, behind
 
 
-def kernel_names(model: Any, inputs: list[Any], device: torch.device) -> list[str]:
-    """The GPU kernels one call launches, in order (empty on a CPU): two processes that time the
-    same code apart may have chosen different kernels for it (cuDNN's and cuBLAS's heuristics run
-    in each process), which placement cannot explain."""
+def kernel_launches(model: Any, inputs: list[Any], device: torch.device, calls: int = 20) -> list[dict[str, Any]]:
+    """The GPU kernels one call launches, in order, each with its launch configuration and its
+    median time over ``calls`` profiled calls (empty on a CPU). Two processes that time the same
+    code apart may have chosen other kernels, or the same kernels with other grids (cuDNN's and
+    cuBLAS's heuristics run in each process), which placement cannot explain; where both agree,
+    the kernel whose own time differs between the processes is the one to look at."""
     if device.type != "cuda":
         return []
+    import tempfile
+
     from torch.profiler import ProfilerActivity, profile
 
-    with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with torch.no_grad():
         model(*inputs)
         sync(device)
-    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                model(*inputs)
+            sync(device)
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        events = json.loads(trace.read_text()).get("traceEvents", [])
+    return launches(events, calls)
+
+
+def launches(events: list[dict[str, Any]], calls: int) -> list[dict[str, Any]]:
+    """Kernel events of a profiler trace (``cat`` "kernel") of ``calls`` identical calls, folded
+    into one call's launches: by position, the name, grid, block, shared memory and registers of
+    the first call and the median duration over all calls (us). Empty when the calls launched
+    unequal numbers of kernels."""
+    kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e.get("ts", 0))
+    if not kernels or len(kernels) % calls:
+        return []
+    per_call = len(kernels) // calls
+    out = []
+    for i in range(per_call):
+        first, args = kernels[i], kernels[i].get("args", {})
+        durs = [float(kernels[c * per_call + i].get("dur", 0.0)) for c in range(calls)]
+        out.append({
+            "name": first.get("name", ""),
+            "config": [args.get("grid"), args.get("block"), args.get("shared memory"),
+                       args.get("registers per thread")],
+            "us": float(np.median(durs)),
+        })
+    return out
 
 
 def own_pool(device: torch.device) -> Any:
@@ -182,7 +225,7 @@ def child(task: Task, clones: int, samples: int, device: torch.device, seed: int
             behind += late
             where[c] = where[c] or next((x.data_ptr() for x in inputs if isinstance(x, torch.Tensor)), 0)
     return {"task": task.name, "calls": calls, "lead_us": lead_us, "behind": behind, "input_at": where,
-            "kernels": kernel_names(model, warm, device), "ms": times.tolist()}
+            "kernels": kernel_launches(model, warm, device), "ms": times.tolist()}
 
 
 def ratio_interval(a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> tuple[float, float, float]:
@@ -259,17 +302,26 @@ def main() -> None:
 
 
 def same_kernels(rows: list[dict[str, Any]]) -> str:
-    """Whether every process of a task launched the same kernels for one call, and if not, the
-    first call position where they part."""
+    """Whether every process of a task launched the same kernels with the same launch
+    configurations for one call, and if not, the first launch where they part; if so, the
+    launches whose own times differ most between the processes."""
     seqs = [r.get("kernels", []) for r in rows]
     if not seqs or not any(seqs):
         return "kernels: not recorded"
-    if all(s == seqs[0] for s in seqs):
-        return f"kernels: the same {len(seqs[0])} in every process"
-    for i, names in enumerate(itertools.zip_longest(*seqs, fillvalue="-")):
+    keys = [[(k["name"], json.dumps(k["config"])) for k in seq] for seq in seqs]
+    for i, names in enumerate(itertools.zip_longest(*keys, fillvalue=("-", ""))):
         if len(set(names)) > 1:
-            return f"kernels DIFFER at launch {i}: " + " | ".join(n[:60] for n in names)
-    return "kernels differ"
+            return f"kernels DIFFER at launch {i}: " + " | ".join(f"{n[:50]} {c}" for n, c in names)
+    lines = [f"kernels: the same {len(keys[0])} (names, grids, blocks, shared memory, registers) in every process"]
+    spread = []
+    for i, launch in enumerate(seqs[0]):
+        us = [seq[i]["us"] for seq in seqs]
+        spread.append((max(us) - min(us), i, launch["name"], us))
+    total = [sum(k["us"] for k in seq) for seq in seqs]
+    lines.append("  one call's kernels, us by process: " + ", ".join(f"{t:.2f}" for t in total))
+    for gap, i, name, us in sorted(spread, reverse=True)[:3]:
+        lines.append(f"  launch {i} {name[:60]}: " + ", ".join(f"{u:.2f}" for u in us) + f" (spread {gap:.2f} us)")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
