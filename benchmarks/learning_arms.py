@@ -277,8 +277,8 @@ class ShuffledReward:
     every reward shuffled (``all``, ``failures=()``, the check's default) the noise also takes the
     difference between a program and none. On four H200s (2026-11-28) such controls drifted into
     replies with no program and fell far below their SFT policy on two seeds of three at beta 0
-    and on one at beta 0.04; with ``verified`` at beta 0.04, one of three rose (it learned to
-    verify more often and sharpened onto a fast arm), the others stayed flat."""
+    and on one at beta 0.04; with ``verified`` at beta 0.04, one of three rose (the programs
+    it wrote that verified were faster, with no speed signal), the others stayed flat."""
 
     __name__ = "speedup"
 

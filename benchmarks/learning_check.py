@@ -66,6 +66,11 @@ distinct programs) took two lanes of two GPUs and one GPU (2026-11-28):
    cuda:0 cuda:1 cuda:2 cuda:3`` on the main ``--work`` gathers every policy's samples and
    measures each distinct program afresh over every GPU.
 
+At ``--beta 0.04`` (the reference model's KL term) the three seeds' nine policies trained in three
+lanes of one call of 513 s (four H200s); a fresh ``--work`` re-measured 66 programs on two GPUs
+inside a lane of 400 s, and 72 needed a second call (67 in 400 s, the last 5 in 84 s; carry the
+lanes' folders under one directory: a call carries at most 8 paths).
+
 On a CPU (``--device cpu``, CPU task sizes) the CUDA-only blocks do nothing, so the arms are
 torch.compile and channels_last and the tasks are small: torch.compile is usually slower than
 eager there, so the 1.3x bar is not reachable; the miniature shows the pipeline end to end.
@@ -295,8 +300,8 @@ def main() -> None:
         help="the control's rewards: all (each batch's rewards permuted over its samples, the issue's control)"
         " or verified (only the verified samples' rewards permuted among them; a failure keeps its reward)."
         " On four H200s at beta 0.04 (2026-11-28) two of three controls stayed flat either way; the third"
-        " fell with all (into replies with no program) and rose with verified (it learned to verify, and"
-        " sharpened onto a fast arm)",
+        " fell with all (into replies with no program) and rose with verified (its programs that verified"
+        " were faster, with no speed signal)",
     )
     parser.add_argument(
         "--temperature", type=float, default=1.0, help="GRPO's and the re-measurement's sampling temperature"
