@@ -51,6 +51,7 @@ import contextlib
 import copy
 import itertools
 import json
+import os
 import random
 import subprocess
 import sys
@@ -271,6 +272,11 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=200, help="samples per process (each times every copy)")
     parser.add_argument("--device", default="cuda:0", help="cuda:N, or cpu for a smoke test")
     parser.add_argument("--json", type=Path, help="write the raw rows here")
+    parser.add_argument("--env", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="environment of every measured process, e.g. CUDA_MODULE_LOADING=EAGER (is it"
+                             " where each process loads its kernels?) or CUDNN_LOGLEVEL_DBG=3 CUDNN_LOGDEST_DBG=stderr (every"
+                             " cuDNN call with its parameters, kept by --logs: large, so few --samples)")
+    parser.add_argument("--logs", type=Path, help="keep each process's stderr here, as TASK-pN.stderr")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # TASK:SEED, one process's part
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -282,12 +288,22 @@ def main() -> None:
     unknown = sorted(set(args.tasks) - set(tasks))
     if unknown:
         parser.error(f"unknown tasks {unknown}; known: {', '.join(sorted(tasks))}")
+    env = dict(os.environ)
+    for item in args.env:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            parser.error(f"--env {item!r}: expected KEY=VALUE")
+        env[key] = value
+    if args.logs:
+        args.logs.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in args.tasks:
         for p in range(args.processes):
             cmd = [sys.executable, __file__, "--child", f"{name}:{p}", "--clones", str(args.clones),
                    "--samples", str(args.samples), "--device", args.device]
-            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+            if args.logs:
+                (args.logs / f"{name}-p{p}.stderr").write_text(done.stderr)
             if done.returncode != 0:
                 console.print(f"[red]{name} process {p} failed:[/red] {done.stderr.strip()[-800:]}")
                 continue

@@ -168,7 +168,9 @@ if [[ $what == asymmetry ]]; then
 fi
 if [[ $what == placement ]]; then
   # placement [ARGS]: benchmarks/placement.py (issue 22: is the per-process bias where memory lies?).
-  COLUMNS=${COLUMNS:-120} python3 benchmarks/placement.py --json "$OUT/placement.json" "$@" 2>&1 | tee "$OUT/placement.log"
+  # Each measured process's stderr is kept (cuDNN's own log, with --env CUDNN_LOGLEVEL_DBG=3 CUDNN_LOGDEST_DBG=stderr).
+  COLUMNS=${COLUMNS:-120} python3 benchmarks/placement.py --json "$OUT/placement.json" --logs "$OUT/placement-logs" "$@" 2>&1 \
+    | tee "$OUT/placement.log"
   rc=${PIPESTATUS[0]}
 fi
 if [[ $what == optimize ]]; then
