@@ -35,8 +35,9 @@ by the device tool's limit is resumed by the same command with ``--resume``):
   writes, so no number a policy was trained on is reused. A sample that does not verify counts as 0x.
 - **report** (``learning_report.py``): per seed, the mean verified speedup with a 95% interval of
   the SFT policy, the final policy, the control and the ablation, the paired final-vs-SFT
-  difference (``learning_stats.py`` says which test and why), the best reachable;
-  ``learning-check.json``.
+  difference (``learning_stats.py`` says which test and why), the best reachable, and per
+  policy the settings it was trained with (each samples file keeps them: lanes trained in other
+  calls are gathered into one report); ``learning-check.json``.
   Pass: on every seed the final policy's mean >= 1.3x and above the SFT policy's beyond the paired
   interval, and the control shows no gain (its paired difference from SFT is not above 0 beyond
   its interval by more than 5% of the SFT score: flat, or fell).

@@ -26,8 +26,31 @@ from cudal1.train.grpo import prompt_stream
 POLICY_OF = {"grpo": "final", "control": "control", "ablation": "ablation"}
 
 
+# Each samples file also says how its policy was trained, under this key (older files lack it).
+TRAINED_KEY = "__trained__"
+SFT_SETTINGS = ("sft_steps", "sft_lr", "policy_hidden", "policy_layers")
+GRPO_SETTINGS = ("steps", "lr", "generations", "beta", "strays", "temperature", "max_tokens")
+
+
 def samples_dir(work: Path, seed: int) -> Path:
     return work / f"seed-{seed}" / "samples"
+
+
+def trained_with(args: argparse.Namespace, name: str) -> dict[str, object]:
+    """The settings a policy named ``name`` (sft, final, control, ablation) was trained with: the
+    SFT ones for every policy, GRPO's for the trained ones, and how the control's rewards were
+    shuffled. Two lanes' SFT samples of one seed compare equal when their SFT settings do."""
+    keys = SFT_SETTINGS + (() if name == "sft" else GRPO_SETTINGS)
+    settings: dict[str, object] = {k: getattr(args, k) for k in keys if hasattr(args, k)}
+    if name == "control":
+        settings["control_shuffle"] = getattr(args, "control_shuffle", None)
+    return settings
+
+
+def trained_settings(work: Path, seed: int) -> dict[str, dict[str, object] | None]:
+    """Each sampled policy's training settings, None where its samples file does not say."""
+    files = sorted(samples_dir(work, seed).glob("*.json")) if samples_dir(work, seed).is_dir() else []
+    return {f.stem: json.loads(f.read_text()).get(TRAINED_KEY) for f in files}
 
 
 def save_samples(
@@ -41,13 +64,19 @@ def save_samples(
         prompts = {t.name: next(prompt_stream(db, [t], cfg))["prompt"] for t in tasks}
     texts = sample_policy(path / MODEL, prompts, cfg, samples=args.samples, seed=seed)
     samples_dir(work, seed).mkdir(parents=True, exist_ok=True)
-    (samples_dir(work, seed) / f"{name}.json").write_text(json.dumps(texts))
+    payload = {**texts, TRAINED_KEY: trained_with(args, name)}
+    (samples_dir(work, seed) / f"{name}.json").write_text(json.dumps(payload))
 
 
 def sampled(work: Path, seed: int) -> dict[str, dict[str, list[str]]]:
     """Every sampled policy of a seed: sft, final, control, ablation (those that finished)."""
     files = sorted(samples_dir(work, seed).glob("*.json")) if samples_dir(work, seed).is_dir() else []
-    return {f.stem: dict(json.loads(f.read_text())) for f in files}
+    out = {}
+    for f in files:
+        texts = json.loads(f.read_text())
+        texts.pop(TRAINED_KEY, None)
+        out[f.stem] = texts
+    return out
 
 
 def stage_remeasure(work: Path, tasks: list[Task], args: argparse.Namespace) -> None:

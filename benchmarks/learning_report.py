@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from learning_arms import Arm, held_out
-from learning_remeasure import sample_values, sampled
+from learning_remeasure import sample_values, sampled, trained_settings
 from learning_settings import console, load_arms
 from learning_stats import BAR, SeedVerdict, judge_seed, trend
 from rich.table import Table
@@ -66,12 +66,16 @@ def report(work: Path, tasks: list[Task], args: argparse.Namespace) -> bool:
             if "sft" in values and "final" in values:
                 verdicts.append(judge_seed(seed, values))
     render_verdicts(verdicts, reach)
+    trained = {seed: trained_settings(work, seed) for seed in args.seeds}
+    for line in trained_lines(trained):
+        console.print(line)
     passed = bool(verdicts) and len(verdicts) == len(args.seeds) and all(v.passed for v in verdicts)
     summary = {
         "tasks": [t.name for t in tasks],
         "bar": BAR,
         **reach,
         "seeds": [v.as_dict() for v in verdicts],
+        "trained": {str(seed): by_policy for seed, by_policy in trained.items()},
         "passed": passed,
     }
     (work / "learning-check.json").write_text(json.dumps(summary, indent=2))
@@ -80,6 +84,23 @@ def report(work: Path, tasks: list[Task], args: argparse.Namespace) -> bool:
         + ("yes" if passed else "NO")
     )
     return passed
+
+
+def trained_lines(trained: dict[int, dict[str, dict[str, object] | None]]) -> list[str]:
+    """One line per policy with the settings it was trained with, the same on every seed, or
+    each seed's where they differ ("not recorded" for samples older than the record): a report
+    gathered from lanes trained at other times says what it compares."""
+    lines = []
+    names = sorted({name for by_policy in trained.values() for name in by_policy})
+    for name in names:
+        per_seed = {seed: by_policy.get(name) for seed, by_policy in trained.items() if name in by_policy}
+        texts = {seed: "not recorded" if s is None else " ".join(f"{k}={v}" for k, v in s.items())
+                 for seed, s in per_seed.items()}
+        if len(set(texts.values())) == 1:
+            lines.append(f"trained: {name}: {next(iter(texts.values()))}")
+        else:
+            lines.extend(f"trained: {name}, seed {seed}: {text}" for seed, text in texts.items())
+    return lines
 
 
 def render_verdicts(verdicts: list[SeedVerdict], reach: dict[str, float]) -> None:

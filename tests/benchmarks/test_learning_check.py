@@ -324,3 +324,38 @@ def test_lanes_of_one_machine_start_from_the_arms_and_their_samples_are_gathered
     assert (work / "shown.db").read_text() == "shown" and (work / "arms" / "candidates.db").is_file()
     with pytest.raises(SystemExit, match="no measured arms"):
         take_from(work, [tmp_path / "empty"], samples=True)
+
+
+def test_a_samples_file_says_how_its_policy_was_trained_and_the_report_prints_it(tmp_path):
+    """Lanes trained in other calls, with other settings (two kinds of control, KL terms), are
+    gathered into one report: each samples file keeps its policy's settings beside the replies,
+    the re-measurement reads the replies alone, and the report says per policy what it compares."""
+    import argparse
+
+    from learning_remeasure import TRAINED_KEY, sampled, samples_dir, trained_settings, trained_with
+    from learning_report import trained_lines
+
+    args = argparse.Namespace(sft_steps=200, sft_lr=1e-3, policy_hidden=256, policy_layers=4, steps=30, lr=3e-4,
+                              generations=8, beta=0.04, strays="fail", temperature=1.0, max_tokens=64,
+                              control_shuffle="all")
+    assert "beta" not in trained_with(args, "sft") and trained_with(args, "sft")["sft_steps"] == 200
+    assert trained_with(args, "final")["beta"] == 0.04 and "control_shuffle" not in trained_with(args, "final")
+    assert trained_with(args, "control")["control_shuffle"] == "all"
+
+    for seed, shuffle in ((0, "all"), (1, "verified")):
+        folder = samples_dir(tmp_path, seed)
+        folder.mkdir(parents=True)
+        seed_args = argparse.Namespace(**{**vars(args), "control_shuffle": shuffle})
+        for name in ("sft", "final", "control"):
+            payload = {"3_softmax": [f"{name} reply"], TRAINED_KEY: trained_with(seed_args, name)}
+            (folder / f"{name}.json").write_text(json.dumps(payload))
+    (samples_dir(tmp_path, 1) / "ablation.json").write_text(json.dumps({"3_softmax": ["old"]}))  # no record
+
+    assert sampled(tmp_path, 0) == {n: {"3_softmax": [f"{n} reply"]} for n in ("control", "final", "sft")}
+    trained = {seed: trained_settings(tmp_path, seed) for seed in (0, 1)}
+    assert trained[1]["ablation"] is None and trained[0]["control"]["control_shuffle"] == "all"
+    lines = trained_lines(trained)
+    assert any(line.startswith("trained: final: ") and "beta=0.04" in line for line in lines)
+    assert any(line.startswith("trained: control, seed 0: ") and "control_shuffle=all" in line for line in lines)
+    assert any(line.startswith("trained: control, seed 1: ") and "control_shuffle=verified" in line for line in lines)
+    assert "trained: ablation: not recorded" in lines
