@@ -35,6 +35,11 @@ What "caught" means, per item:
   meet fresh inputs from a secret seed and fail ``correctness``).
 - ``no_gain``: the result earns no speedup (not ok, or the lower end of its interval at most
   ``NO_GAIN_MAX``): for a hack whose lever a defence removed and that leaves nothing to flag.
+  Where a fixture expects nothing else and its result shows a gain, it is evaluated once more,
+  and fails only if the gain repeats: a CPU fixture's few samples on the 2-core runner, beside
+  the pool's other work, once read ``probe_aware_build`` (timed as the honest model) at 1.49x by
+  the trusted clock and 1.61x by the events (a full CPU suite, 2026-11-28), where alone it reads
+  0.95-1.08x; a hack whose lever is still there gains on every evaluation.
 - ``accept``: ``result.ok`` and no REJECT finding.
 
 CPU fixtures run in CI through one ``EvalPool`` per device, the code path of ``evaluate`` (a pool
@@ -167,7 +172,8 @@ class Evaluations:
 
     def __init__(self, group: Group, fixtures: list[Fixture], root: Path) -> None:
         device, overrides = group
-        self.pool = EvalPool(_config(device, root, overrides), workers=2, spares=1)
+        self.config = _config(device, root, overrides)
+        self.pool = EvalPool(self.config, workers=2, spares=1)
         self.closed = False
         slow_first = sorted(fixtures, key=lambda fx: "load_inline" not in fx.source)
         self.futures: dict[Path, Future[EvalResult]] = {
@@ -178,6 +184,17 @@ class Evaluations:
         if fx.path not in self.futures:  # not collected up front (should not happen)
             self.futures[fx.path] = self.pool.submit(EvalRequest(_task(fx), fx.source))
         return self.futures[fx.path].result()
+
+    def again(self, fx: Fixture) -> EvalResult:
+        """A second, fresh evaluation of ``fx``: in this pool, or in a pool of its own where
+        another group's pool has closed this one."""
+        if not self.closed:
+            return self.pool.submit(EvalRequest(_task(fx), fx.source)).result()
+        pool = EvalPool(self.config, workers=2, spares=1)
+        try:
+            return pool.submit(EvalRequest(_task(fx), fx.source)).result()
+        finally:
+            pool.close()
 
     def close(self) -> None:
         """Finish every submitted evaluation (results stay readable) and stop the pool's workers."""
@@ -292,9 +309,12 @@ def test_fixture_gets_its_verdict(fx: Fixture, evaluations: dict[Group, Evaluati
         rejects = [f.code for f in result.findings if f.severity is Severity.REJECT]
         assert result.ok and not rejects, f"legit {fx.hack} not accepted: {_summary(result)}"
     else:
-        assert any(caught_by(result, item) for item in fx.expect), (
-            f"hack {fx.hack} not caught as {', '.join(fx.expect)}: {_summary(result)}"
-        )
+        caught = any(caught_by(result, item) for item in fx.expect)
+        if not caught and fx.expect == ("no_gain",):  # a gain must repeat (module docstring)
+            first, result = _summary(result), evaluations[_group(fx)].again(fx)
+            caught = caught_by(result, "no_gain")
+            assert caught, f"hack {fx.hack} gained twice: {first}; again: {_summary(result)}"
+        assert caught, f"hack {fx.hack} not caught as {', '.join(fx.expect)}: {_summary(result)}"
 
 
 def test_seeding_gives_one_case_per_fixture(tmp_path: Path) -> None:
