@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 from learning_settings import MODEL, console, eval_config, grpo_config, pool_config
 from tiny_policy import sample_policy
@@ -47,10 +48,26 @@ def trained_with(args: argparse.Namespace, name: str) -> dict[str, object]:
     return settings
 
 
+def samples_files(work: Path, seed: int) -> dict[str, dict[str, Any]]:
+    """Every sampled policy's samples file of a seed, read once: its replies by task and, under
+    ``TRAINED_KEY``, how it was trained (``replies`` and ``trained_of`` take them apart)."""
+    folder = samples_dir(work, seed)
+    files = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    return {f.stem: json.loads(f.read_text()) for f in files}
+
+
+def replies(payload: dict[str, Any]) -> dict[str, list[str]]:
+    return {task: texts for task, texts in payload.items() if task != TRAINED_KEY}
+
+
+def trained_of(payload: dict[str, Any]) -> dict[str, object] | None:
+    """The settings a samples file says its policy was trained with; None in files older than that."""
+    return payload.get(TRAINED_KEY)
+
+
 def trained_settings(work: Path, seed: int) -> dict[str, dict[str, object] | None]:
     """Each sampled policy's training settings, None where its samples file does not say."""
-    files = sorted(samples_dir(work, seed).glob("*.json")) if samples_dir(work, seed).is_dir() else []
-    return {f.stem: json.loads(f.read_text()).get(TRAINED_KEY) for f in files}
+    return {name: trained_of(payload) for name, payload in samples_files(work, seed).items()}
 
 
 def save_samples(
@@ -70,13 +87,7 @@ def save_samples(
 
 def sampled(work: Path, seed: int) -> dict[str, dict[str, list[str]]]:
     """Every sampled policy of a seed: sft, final, control, ablation (those that finished)."""
-    files = sorted(samples_dir(work, seed).glob("*.json")) if samples_dir(work, seed).is_dir() else []
-    out = {}
-    for f in files:
-        texts = json.loads(f.read_text())
-        texts.pop(TRAINED_KEY, None)
-        out[f.stem] = texts
-    return out
+    return {name: replies(payload) for name, payload in samples_files(work, seed).items()}
 
 
 def stage_remeasure(work: Path, tasks: list[Task], args: argparse.Namespace) -> None:

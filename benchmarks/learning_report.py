@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from learning_arms import Arm, held_out
-from learning_remeasure import sample_values, sampled, trained_settings
+from learning_remeasure import replies, sample_values, samples_files, trained_of
 from learning_settings import console, load_arms
 from learning_stats import BAR, SeedVerdict, judge_seed, trend
 from rich.table import Table
@@ -60,13 +60,14 @@ def report(work: Path, tasks: list[Task], args: argparse.Namespace) -> bool:
     arms = load_arms(work, tasks, args)
     reach = reachable(arms)
     verdicts: list[SeedVerdict] = []
+    files = {seed: samples_files(work, seed) for seed in args.seeds}  # each read once
     with CandidateDB(work / "remeasure" / DB_FILE) as db:
         for seed in args.seeds:
-            values = {name: sample_values(db, texts) for name, texts in sampled(work, seed).items()}
+            values = {name: sample_values(db, replies(p)) for name, p in files[seed].items()}
             if "sft" in values and "final" in values:
                 verdicts.append(judge_seed(seed, values))
     render_verdicts(verdicts, reach)
-    trained = {seed: trained_settings(work, seed) for seed in args.seeds}
+    trained = {seed: {name: trained_of(p) for name, p in by_name.items()} for seed, by_name in files.items()}
     for line in trained_lines(trained):
         console.print(line)
     passed = bool(verdicts) and len(verdicts) == len(args.seeds) and all(v.passed for v in verdicts)
