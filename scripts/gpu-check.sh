@@ -161,16 +161,24 @@ if [[ $what == bench || $what == all ]]; then
   python3 benchmarks/evaluator.py "$@" 2>&1 | tee "$OUT/bench-evaluator-$part.log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
 fi
+# fresh NAME: NAME, or NAME-2, NAME-3... where $OUT has NAME.log, so that a mode run twice in a
+# lane ('placement ... + placement ... --env K=V') keeps both logs.
+fresh() {
+  local name=$1 i=1
+  while [[ -e $OUT/$name.log ]]; do i=$((i + 1)); name=$1-$i; done
+  echo "$name"
+}
 if [[ $what == asymmetry ]]; then
   # asymmetry [ARGS]: benchmarks/pair_asymmetry.py (issue 22: which kind of worker times slower).
-  COLUMNS=${COLUMNS:-160} python3 benchmarks/pair_asymmetry.py "$@" 2>&1 | tee "$OUT/asymmetry.log"
+  COLUMNS=${COLUMNS:-160} python3 benchmarks/pair_asymmetry.py "$@" 2>&1 | tee "$OUT/$(fresh asymmetry).log"
   rc=${PIPESTATUS[0]}
 fi
 if [[ $what == placement ]]; then
   # placement [ARGS]: benchmarks/placement.py (issue 22: is the per-process bias where memory lies?).
   # Each measured process's stderr is kept (cuDNN's own log, with --env CUDNN_LOGLEVEL_DBG=3 CUDNN_LOGDEST_DBG=stderr).
-  COLUMNS=${COLUMNS:-120} python3 benchmarks/placement.py --json "$OUT/placement.json" --logs "$OUT/placement-logs" "$@" 2>&1 \
-    | tee "$OUT/placement.log"
+  name=$(fresh placement)
+  COLUMNS=${COLUMNS:-120} python3 benchmarks/placement.py --json "$OUT/$name.json" --logs "$OUT/$name-logs" "$@" 2>&1 \
+    | tee "$OUT/$name.log"
   rc=${PIPESTATUS[0]}
 fi
 if [[ $what == optimize ]]; then
@@ -190,7 +198,7 @@ if [[ $what == verify ]]; then
   # runs/verify/p1.json --resume --deadline-s 420' ...; `cudal1 verify --help` says how parts report as one.
   json=(--json-out "$OUT/verify.json"); given=$(option --json-out "$@")
   [[ -n $given ]] && json=()
-  COLUMNS=${COLUMNS:-240} python3 -m cudal1.cli verify "$@" "${json[@]}" 2>&1 | tee "$OUT/verify.log"
+  COLUMNS=${COLUMNS:-240} python3 -m cudal1.cli verify "$@" "${json[@]}" 2>&1 | tee "$OUT/$(fresh verify).log"
   rc=${PIPESTATUS[0]}
   [[ -n $given ]] && cp "$given" "${given%.json}.rows.jsonl" "$OUT/" 2>/dev/null
 fi
