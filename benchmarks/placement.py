@@ -185,17 +185,23 @@ def using(pool: Any) -> contextlib.AbstractContextManager[Any]:
     return torch.cuda.use_mem_pool(pool) if pool is not None else contextlib.nullcontext()
 
 
-def child(task: Task, clones: int, samples: int, device: torch.device, seed: int) -> dict[str, Any]:
+def child(task: Task, clones: int, samples: int, device: torch.device, seed: int,
+          vary: str = "placement") -> dict[str, Any]:
     """One process: the model and its copies, each copy's weights, inputs and activations in a
     memory pool of its own (on a GPU) behind a spacer of random size; per sample, every copy
     timed once in random order on its own fresh inputs. The row keeps each copy's first input
-    address, so that the placements are seen to differ."""
+    address, so that the placements are seen to differ. With ``vary="stream"`` the "copies" are
+    the one model, each run on a CUDA stream of its own (copy 0 on the current one): each stream
+    is fed through one of the process's hardware channels, so copies that differ then differ by
+    the channel, not by where their memory lies."""
     rng = random.Random(seed)
     namespace, model = load(task, device)
     keep: list[torch.Tensor] = []  # the spacers stay allocated, so the copies stay where they are
-    pools = [None] + [own_pool(device) for _ in range(clones - 1)]
-    copies = [model]
-    for pool in pools[1:]:
+    by_stream = vary == "stream" and device.type == "cuda"
+    pools = [None] * clones if by_stream else [None] + [own_pool(device) for _ in range(clones - 1)]
+    streams = [None] + [torch.cuda.Stream(device) if by_stream else None for _ in range(clones - 1)]
+    copies = [model] * clones if by_stream else [model]
+    for pool in pools[1:] if not by_stream else []:
         with using(pool):
             keep.append(torch.empty(rng.randint(1, 64) << 20, dtype=torch.uint8, device=device))
             copies.append(copy.deepcopy(model))
@@ -220,13 +226,19 @@ def child(task: Task, clones: int, samples: int, device: torch.device, seed: int
         order = list(range(clones))
         rng.shuffle(order)
         for c in order:
-            with using(pools[c]):
+            with using(pools[c]), on(streams[c]):
                 inputs = fresh_inputs(namespace, 1000 + s, device)  # the same values for every copy
                 times[s, c], late = time_calls(copies[c], inputs, calls, lead_us, flush, device)
             behind += late
             where[c] = where[c] or next((x.data_ptr() for x in inputs if isinstance(x, torch.Tensor)), 0)
     return {"task": task.name, "calls": calls, "lead_us": lead_us, "behind": behind, "input_at": where,
+            "vary": "stream" if by_stream else "placement",
             "kernels": kernel_launches(model, warm, device), "ms": times.tolist()}
+
+
+def on(stream: Any) -> contextlib.AbstractContextManager[Any]:
+    """Work inside is queued on ``stream`` (None: the current stream)."""
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
 
 
 def ratio_interval(a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> tuple[float, float, float]:
@@ -259,8 +271,12 @@ def table(rows: list[dict[str, Any]]) -> Table:
                             f"{np.median(ms[:, c]) / base:.3f}")
             inside.append(max(meds) - min(meds))
         firsts = [float(np.median(ms[:, 0])) / base for ms in mine]
+        # Each process's copies averaged: what a process measures that spreads its samples over
+        # the copies' placements (or streams) instead of keeping one.
+        means = [float(np.mean(np.median(ms, axis=0))) / base for ms in mine]
         out.add_row("", "", "", "", f"copies spread {max(inside) * 100:.1f}%",
-                    f"procs {(max(firsts) - min(firsts)) * 100:.1f}%", end_section=True)
+                    f"procs {(max(firsts) - min(firsts)) * 100:.1f}%", end_section=False)
+        out.add_row("", "", "", "", "", f"means {(max(means) - min(means)) * 100:.1f}%", end_section=True)
     return out
 
 
@@ -277,13 +293,16 @@ def main() -> None:
                              " where each process loads its kernels?) or CUDNN_LOGLEVEL_DBG=3 CUDNN_LOGDEST_DBG=stderr (every"
                              " cuDNN call with its parameters, kept by --logs: large, so few --samples)")
     parser.add_argument("--logs", type=Path, help="keep each process's stderr here, as TASK-pN.stderr")
+    parser.add_argument("--vary", choices=["placement", "stream"], default="placement",
+                        help="what the copies of one process differ by: where their memory lies, or (one"
+                             " model) the CUDA stream, and so the hardware channel, each is queued on")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # TASK:SEED, one process's part
     args = parser.parse_args()
     device = torch.device(args.device)
     tasks = all_tasks()
     if args.child:
         name, seed = args.child.rsplit(":", 1)
-        print(json.dumps(child(tasks[name], args.clones, args.samples, device, int(seed))))
+        print(json.dumps(child(tasks[name], args.clones, args.samples, device, int(seed), args.vary)))
         return
     unknown = sorted(set(args.tasks) - set(tasks))
     if unknown:
@@ -300,7 +319,7 @@ def main() -> None:
     for name in args.tasks:
         for p in range(args.processes):
             cmd = [sys.executable, __file__, "--child", f"{name}:{p}", "--clones", str(args.clones),
-                   "--samples", str(args.samples), "--device", args.device]
+                   "--samples", str(args.samples), "--device", args.device, "--vary", args.vary]
             done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
             if args.logs:
                 (args.logs / f"{name}-p{p}.stderr").write_text(done.stderr)
@@ -335,6 +354,10 @@ def same_kernels(rows: list[dict[str, Any]]) -> str:
         spread.append((max(us) - min(us), i, launch["name"], us))
     total = [sum(k["us"] for k in seq) for seq in seqs]
     lines.append("  one call's kernels, us by process: " + ", ".join(f"{t:.2f}" for t in total))
+    # What the events time beyond the kernels (copy 0): the GPU's time between one launch and the next.
+    if all("ms" in r for r in rows):
+        gaps = [float(np.median(np.asarray(r["ms"])[:, 0])) * 1000 - t for r, t in zip(rows, total, strict=True)]
+        lines.append("  events' call minus its kernels (gaps), us by process: " + ", ".join(f"{g:.2f}" for g in gaps))
     for gap, i, name, us in sorted(spread, reverse=True)[:3]:
         lines.append(f"  launch {i} {name[:60]}: " + ", ".join(f"{u:.2f}" for u in us) + f" (spread {gap:.2f} us)")
     return "\n".join(lines)

@@ -61,3 +61,7 @@ def test_processes_that_ran_one_kernel_with_other_grids_are_told_apart() -> None
     text = same_kernels([{"kernels": a}, {"kernels": c}])
     assert text.startswith("kernels: the same 1 ")
     assert "launch 0 conv: 10.00, 10.90 (spread 0.90 us)" in text
+    # With the processes' event-timed samples (ms a call, copy 0 first), what the events saw
+    # beyond the kernels: 12 us against 10 us of kernel is 2.00 us of gaps.
+    timed = same_kernels([{"kernels": a, "ms": [[0.012]]}, {"kernels": c, "ms": [[0.0115]]}])
+    assert "(gaps), us by process: 2.00, 0.60" in timed
