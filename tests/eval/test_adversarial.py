@@ -305,6 +305,7 @@ def caught_by(result: EvalResult, item: str) -> bool:
 @pytest.mark.parametrize("fx", list(_params()))
 def test_fixture_gets_its_verdict(fx: Fixture, evaluations: dict[Group, Evaluations]) -> None:
     result = evaluations[_group(fx)].result(fx)
+    print(f"{fx.hack}: {_summary(result)}")  # shown by pytest -rP: what a passing (or XPASS) fixture got
     if fx.expect == ("accept",):
         rejects = [f.code for f in result.findings if f.severity is Severity.REJECT]
         assert result.ok and not rejects, f"legit {fx.hack} not accepted: {_summary(result)}"
