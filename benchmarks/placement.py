@@ -41,6 +41,22 @@ ways. Fresh pairs of identical code (``pair_asymmetry.py``) scatter most on the 
 tasks: the bias is something each process's cuDNN convolutions keep. Launch configurations and
 per-kernel times were not recorded then.
 
+Recorded since (an H200 of four, 2026-11-28, ``--tasks 2_conv_block 2_conv_bn_relu --processes 6
+--samples 100``): every process launched the same kernels with the same grids, blocks, shared
+memory and registers, and the kernels' own time per call agreed within 0.3% (``2_conv_block``
+113.25-113.60 us of kernels), while the event-timed call spread 1.5% (128.0-130.3 us). What
+differs is the time between the kernels: 14.5-16.4 us a call over 11 launches (sd about 0.07 us a
+launch between processes); ``2_conv_bn_relu``, 6 launches, 7.8-8.9 us. So the per-process bias
+grows with the launches a call makes, which is why the convolution tasks (cuDNN adds layout
+kernels around each convolution) and ``4_transformer_block`` scatter most and a GEMM of one or two
+launches not at all. It is not where a process loads its kernels (``--env
+CUDA_MODULE_LOADING=EAGER``: processes 128.2-129.7 us, the same gaps), nor the hardware channel a
+stream is fed through (``--vary stream``, an H200 of two: the copies on four streams spread 0.7%
+inside a process while the processes' means over their streams spread 1.3%; with ``--env
+CUDA_DEVICE_MAX_CONNECTIONS=1``, 0.6% and 1.4%), nor where its memory lies (copies with their own
+pools agree better than processes). Spreading a process's samples over placements or streams
+therefore does not remove it.
+
 Made for a GPU; prints a table (``--json`` writes the rows).
 """
 

@@ -350,6 +350,9 @@ class Environment:
     # The reference's samples right after the candidate ran against its clean ones (sizes,
     # medians, slowdown, p; ``eval/checks/interference.py``), whether or not it made a finding.
     reference_disturbance: Mapping[str, Any] = field(default_factory=dict)
+    # The relative floor the interval was widened by, and the kernels a reference call launches
+    # (estimated) that widened it (``eval/timing/paired.reproducibility_floor``).
+    reproducibility: Mapping[str, Any] = field(default_factory=dict)
     float64_error: str | None = None  # why the reference's float64 twin could not run
     sol_error: str | None = None  # why no speed-of-light figure
     out_of_memory: bool = False  # the candidate's process ran out of device memory

@@ -122,3 +122,8 @@ def test_reference_against_itself_brackets_one(gpu_config):
         result = pool.evaluate(SCALE_SHIFT_TASK, SCALE_SHIFT.replace("class Model(", "class ModelNew("))
     assert result.ok, result.error
     assert result.timing.ci_low < 1.03 and result.timing.ci_high > 0.97
+    # The reference's kernels were counted (its ATen operators) and the floor is at least the base.
+    facts = result.environment.reproducibility
+    assert facts["reference_launches"] >= 1, facts
+    cfg = gpu_config.timing
+    assert facts["floor"] >= min(cfg.reproducibility_floor, cfg.reproducibility_floor_short) * 0.999, facts

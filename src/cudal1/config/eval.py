@@ -82,6 +82,20 @@ class TimingConfig(StrictConfig):
             "0.969x-1.021x (4 of 10 tasks beyond 0.6%; 9 of 10 within 2.5%)"
         ),
     )
+    launch_gap_sd_us: float = Field(
+        0.07,
+        ge=0,
+        description=(
+            "per kernel a call launches, the sd (us) of the GPU's time between kernels from one process "
+            "to the next: a call of L launches and T us, timed in two fresh processes, differs by "
+            "sqrt(2) x this x L / T (sd), which widens the floor in quadrature (x 1.96). Two fresh "
+            "processes run the same kernels in the same time but leave 14.5-16.4 us between "
+            "2_conv_block's 11 kernels a call (H200, 2026-11-28, benchmarks/placement.py); with L "
+            "estimated from the reference's ATen operators this predicts the scatter of fresh pairs "
+            "of identical code on the 16 bundled tasks (0.84% sd predicted, 0.73% seen on "
+            "2_conv_block; 0.61% and 0.44% on 4_transformer_block; 0.03% and 0.07% on 1_gemm)"
+        ),
+    )
     reproducibility_floor_cpu: float = Field(
         0.04,
         ge=0,

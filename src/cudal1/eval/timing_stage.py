@@ -51,6 +51,7 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
                 "host_ahead": False,
                 "reproducibility_floor": cpu_floor,
                 "reproducibility_floor_short": cpu_floor,
+                "launch_gap_sd_us": 0.0,  # the CPU floor is measured whole
             }
         )
     weights: TimedWeights = "default" if pair.main_reinit is None else "redrawn"
@@ -89,6 +90,7 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
     def agree(label: str, want: list[Any], got: list[Any]) -> None:
         pair.check_inputs(want, got, label)
 
+    launches = reference_launches(pair, keys[0]) if cfg.launch_gap_sd_us > 0 else 0
     with record.phase("sampling"), quiet() as paused:
         record.note(workers_paused_while_timed=paused)
         settled: dict[str, Any] = {}
@@ -104,6 +106,7 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
                 check,
                 SampleInputs(seeds.next, agree),
                 rng=random.Random(seeds.next()),
+                launches=launches,
             )
         finally:  # a sampling cut short by a failure was timed too
             record.note(
@@ -115,6 +118,8 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
                     **({"settled": settled} if settled else {}),
                 }
             )
+    record.note(reproducibility={**record.environment.reproducibility, "floor": round(outcome.floor, 5),
+                                 "reference_launches": launches})
     record.timing, findings = timing_verdict(outcome, pair.device, cfg.clock_disagreement)
     record.findings.extend(findings)
     if all(f.code != "reduced_precision" for f in record.findings):
@@ -132,6 +137,17 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
         raise StageFailed(Stage.TIMING, outcome.failures[0])
     with record.phase("speed_of_light"):
         speed_of_light(pair, keys[0])
+
+
+def reference_launches(pair: WorkerPair, key: str) -> int:
+    """The kernels one reference call launches, estimated from its ATen operators (the reference
+    worker's ``work``, kept per input signature, which the speed of light reads again); 0 where
+    the reference could not be counted."""
+    try:
+        return int(pair.reference(Command.WORK, key=key)["work"].get("launches", 0))
+    except (StageFailed, KeyError, TypeError, ValueError) as exc:
+        pair.record.note(reproducibility={"launches_error": str(exc)[:300]})
+        return 0
 
 
 def _drift(pair: WorkerPair, weights: TimedWeights) -> Finding | None:

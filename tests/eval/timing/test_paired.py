@@ -378,6 +378,24 @@ def test_short_calls_get_the_wider_floor(call_ms: float, floor: float):
     assert est.median - est.ci_low == pytest.approx(floor * est.median, rel=0.05)
 
 
+def test_a_call_of_many_kernels_widens_the_floor_by_their_gaps():
+    """Two fresh processes run a call's kernels in the same time but leave each its own time
+    between them (2_conv_block on an H200: 11 kernels, 14.5-16.4 us of gaps a call): the floor
+    adds sqrt(2) x 1.96 x launch_gap_sd_us per kernel, relative to the call, in quadrature, so
+    identical code of many kernels gets an interval as wide as its processes scatter, and a
+    call of one long kernel keeps the base floor."""
+    cfg = _cfg(max_samples=30, reproducibility_floor=0.0085, launch_gap_sd_us=0.07)
+    gaps = 1.96 * math.sqrt(2) * 0.07 * 11 / 130
+    assert paired.reproducibility_floor([0.130] * 5, cfg, launches=11) == pytest.approx(math.hypot(0.0085, gaps))
+    assert paired.reproducibility_floor([0.130] * 5, cfg, launches=11) > 0.017
+    assert paired.reproducibility_floor([0.344] * 5, cfg, launches=1) < 0.0087
+    assert paired.reproducibility_floor([0.130] * 5, cfg) == 0.0085  # not counted: the base floor
+    clock = FakeClock()
+    out = _measure(FakeEndpoint(clock, 0.130), FakeEndpoint(clock, 0.130), cfg, launches=11)
+    assert out.floor == pytest.approx(math.hypot(0.0085, gaps))
+    assert out.estimate.ci_high - out.estimate.median == pytest.approx(out.floor * out.estimate.median, rel=0.05)
+
+
 def test_launches_are_queued_ahead_and_the_launch_inclusive_figure_is_measured_beside():
     """Each sample's spin covers the slower host's K calls (1.5 x its warm-up time per call); a
     few extra pairs with only the short lead give the launch-inclusive speedup."""

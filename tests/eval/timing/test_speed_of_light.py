@@ -80,6 +80,21 @@ def test_conv_linear_parameters_and_buffers_counted_once(caplog: pytest.LogCaptu
     assert not caplog.records  # counted on meta, no fallback
 
 
+def test_launches_count_the_kernels_of_a_call_not_its_views() -> None:
+    """A convolution is three kernels under cuDNN (layouts in and out), batch norm and ReLU one
+    each; the flatten is a view and launches none; the linear layer's addmm one (its weight's
+    transpose is a view)."""
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 4))
+    assert count_work(model.eval(), [torch.randn(2, 3, 8, 8)]).launches == 3 + 1 + 1 + 1
+    assert count_work(MatMul(), [torch.randn(4, 6), torch.randn(6, 2)]).launches == 1
+
+
+def test_launches_are_counted_where_meta_cannot_run() -> None:
+    """A task that reads values (``.item()``) is counted on CPU copies, as its FLOPs are: abs, max,
+    the read of the value, the matmul and the division."""
+    assert count_work(NeedsValues(), [torch.randn(3, 8)]).launches == 5
+
+
 def test_same_tensor_twice_is_read_once() -> None:
     a = torch.randn(8, 8)
     assert count_work(MatMul(), [a, a]).bytes_io == (64 + 64) * 4

@@ -28,6 +28,12 @@ square root of the samples, for two sides of the reference's noise) would be abo
 at 30 samples; whether that catches this case without flagging honest short kernels on a loaded
 host has to be measured on a GPU before it lands.
 
+Measured again on an H200 of two (2026-11-28, ``pytest -k reply_rewrite_ms_gpu --runxfail -rP``,
+evaluator of ``b0ff412``): 2.100x by the events against 0.971x on the trusted clock (K=22, 11
+samples), no finding but ``frame_introspection``: not caught. In the GPU suite's runs of the same
+evaluator the fixture XPASSed twice (caught; the suite printed no verdict then): whether it is
+caught depends on the run, so the hole is open.
+
 What would stop it: a trusted clock that can see a sample's work, i.e. samples (a few, for the
 check only) with enough calls that their net wall stands clear of the host's noise, so the worker
 clocks are checked on every device; anything inside the worker (a watch on the connection) the

@@ -169,6 +169,7 @@ class PairedOutcome:
     lead_us: float | None = None  # the spin ahead of each sample (None: the worker's default)
     host_behind: int = 0  # samples where a side's host did not queue all its calls ahead
     launch_estimate: stats.RatioEstimate | None = None  # with the launches on the clock
+    floor: float = 0.0  # the reproducibility floor the intervals were widened by (relative)
     # The short-lead pairs themselves, a group of their own for the clock comparison: behind a
     # short lead, work a candidate leaves on another stream runs after its calls.
     launch: PairedOutcome | None = None
@@ -207,12 +208,14 @@ def measure_paired(
     *,
     clock: Callable[[], float] = time.perf_counter,
     rng: random.Random | None = None,
+    launches: int = 0,
 ) -> PairedOutcome:
     """Sample until the interval is precise enough, the sample cap, or the budget. The budget
     counts the timed pairs only: output checks (seconds for large outputs) must not starve the
     measurement, and it stops no earlier than ``budget_min_samples`` unless the whole stage has
     run ``3 x budget_s``. ``rng`` draws the order, the checked samples and the fetched calls; the
-    input seeds come from ``inputs``, which the candidate sees."""
+    input seeds come from ``inputs``, which the candidate sees. ``launches``: the kernels one
+    reference call launches (estimated; 0 unknown), which widen the reproducibility floor."""
     rng = rng or random.Random()
     k, host_ms, sizes, rtt = _choose_calls(ref, cand, cfg, clock)
     sides = _Sides(
@@ -250,7 +253,7 @@ def measure_paired(
             break
     # The stop rule above judges the sampling error alone; the reported interval adds the
     # between-process reproducibility floor.
-    floor = reproducibility_floor(out.ref_ms, cfg)
+    floor = out.floor = reproducibility_floor(out.ref_ms, cfg, launches)
     out.estimate = stats.with_floor(_estimate(out.ref_ms, out.cand_ms, cfg), floor)
     out.wall_estimate = stats.with_floor(_estimate(out.ref_wall_ms, out.cand_wall_ms, cfg), floor)
     if not out.failures and cfg.host_ahead and cfg.launch_samples:
@@ -274,11 +277,19 @@ def measure_paired(
     return out
 
 
-def reproducibility_floor(ref_ms: list[float], cfg: TimingConfig) -> float:
+def reproducibility_floor(ref_ms: list[float], cfg: TimingConfig, launches: int = 0) -> float:
     """The between-process floor for calls as long as the reference's (per call, ms): two processes
-    running the same short call differ by more than two running a long one."""
-    short = stats.median(ref_ms) < cfg.short_call_ms  # no samples: nan, the long calls' floor
-    return cfg.reproducibility_floor_short if short else cfg.reproducibility_floor
+    running the same short call differ by more than two running a long one; and two running a
+    call of many kernels differ by the time the GPU leaves between them, which is each process's
+    own (``launch_gap_sd_us``). The candidate's kernels are taken to be as many as the
+    reference's: its own count would be its word."""
+    median_ms = stats.median(ref_ms)
+    short = median_ms < cfg.short_call_ms  # no samples: nan, the long calls' floor
+    base = cfg.reproducibility_floor_short if short else cfg.reproducibility_floor
+    if launches <= 0 or not median_ms > 0:
+        return base
+    gaps = 1.96 * math.sqrt(2) * cfg.launch_gap_sd_us * launches / (median_ms * 1000)
+    return math.hypot(base, gaps)
 
 
 def _sample(out: PairedOutcome, sides: _Sides, sample: int) -> tuple[TimedReply, bool]:

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 from torch.func import functional_call
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from cudal1.schema import Finding, Severity, Stage
@@ -47,13 +48,15 @@ class Work:
 
     ``bytes_io`` = inputs + parameters + buffers + outputs; ``bytes_out`` = outputs alone. When the
     model could not be run at all, ``flops`` and ``bytes_out`` are NaN and ``bytes_io`` holds the
-    known part (inputs + parameters + buffers), still a valid lower bound.
+    known part (inputs + parameters + buffers), still a valid lower bound. ``launches``: the GPU
+    kernels one call launches, estimated (``estimate_launches``); 0 when unknown.
     """
 
     flops: float
     bytes_io: float
     bytes_out: float
     flops_by_dtype: dict[str, float] = field(default_factory=dict)
+    launches: int = 0
 
 
 def _tensors(obj: Any) -> Iterator[torch.Tensor]:
@@ -104,22 +107,69 @@ class _DtypeFlopCounter(FlopCounterMode):
         return result
 
 
+def _run_under(mode: Any, model: nn.Module, inputs: list, on_meta: bool) -> Any:
+    """One ``model(*inputs)`` call under a dispatch ``mode``, which sees the call's operators
+    only: on meta stand-ins for the parameters and inputs (nothing allocated, nothing computed),
+    or on CPU copies."""
+    if on_meta:
+        named = chain(model.named_parameters(), model.named_buffers())
+        state = {name: torch.empty_like(t, device="meta") for name, t in named}
+        meta_inputs = _map_tensors(inputs, lambda t: torch.empty_like(t, device="meta"))
+        with torch.no_grad(), mode:
+            return functional_call(model, state, tuple(meta_inputs))
+    cpu_inputs = _map_tensors(inputs, lambda t: t.detach().cpu().clone())
+    cpu_model = copy.deepcopy(model).cpu()
+    with torch.no_grad(), mode:
+        return cpu_model(*cpu_inputs)
+
+
 def _counted_run(model: nn.Module, inputs: list, on_meta: bool) -> tuple[Any, float, dict[str, float]]:
-    with torch.no_grad(), _DtypeFlopCounter() as counter:
-        if on_meta:  # parameters swapped for meta stand-ins: nothing allocated, nothing computed
-            named = chain(model.named_parameters(), model.named_buffers())
-            state = {name: torch.empty_like(t, device="meta") for name, t in named}
-            meta_inputs = _map_tensors(inputs, lambda t: torch.empty_like(t, device="meta"))
-            out = functional_call(model, state, tuple(meta_inputs))
-        else:
-            cpu_inputs = _map_tensors(inputs, lambda t: t.detach().cpu().clone())
-            out = copy.deepcopy(model).cpu()(*cpu_inputs)
+    counter = _DtypeFlopCounter()
+    out = _run_under(counter, model, inputs, on_meta)
     total = float(counter.get_total_flops())
     by_dtype = dict(counter.by_dtype)
     missing = total - sum(by_dtype.values())
     if missing > 0:
         by_dtype["unknown"] = by_dtype.get("unknown", 0.0) + missing
     return out, total, by_dtype
+
+
+# Operators that launch no kernel of their own: views, aliases and allocations.
+_NO_KERNEL = frozenset({
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "t", "transpose", "permute", "expand",
+    "squeeze", "unsqueeze", "select", "slice", "as_strided", "alias", "detach", "unbind", "split",
+    "split_with_sizes", "chunk", "narrow", "unfold", "view_as", "empty", "empty_like",
+    "empty_strided", "lift_fresh",
+})
+# cuDNN runs an NCHW convolution as three kernels: the input to NHWC, the convolution, the output
+# back (an H200, 2026-11-28: 6 of ``2_conv_block``'s 11 kernels for its 2 convolutions).
+_KERNELS_PER_OP = {"convolution": 3}
+
+
+class _OpCounter(TorchDispatchMode):
+    """The ATen operators one call dispatches, by name, before any decomposition."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.names.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def estimate_launches(names: list[str]) -> int:
+    """The GPU kernels of a call that dispatched ``names`` (ATen operators): one per operator
+    that computes, none for a view or an allocation, three for a convolution. An estimate: a
+    library may split an operator further (a split-K GEMM and its reduction), and a task's own
+    kernels called outside ATen are not seen."""
+    return sum(_KERNELS_PER_OP.get(n, 1) for n in names if n not in _NO_KERNEL)
+
+
+def _launches(model: nn.Module, inputs: list, on_meta: bool) -> int:
+    counter = _OpCounter()
+    _run_under(counter, model, inputs, on_meta)
+    return estimate_launches(counter.names)
 
 
 def count_work(model: nn.Module, inputs: list) -> Work:
@@ -139,7 +189,12 @@ def count_work(model: nn.Module, inputs: list) -> Work:
             )
             continue
         bytes_out = _nbytes(_tensors(out))
-        return Work(flops, bytes_in + bytes_out, bytes_out, by_dtype)
+        try:
+            launches = _launches(model, inputs, on_meta)
+        except Exception as exc:  # arbitrary task code, run once more: unknown is 0
+            logger.info("counting launches failed: %s: %s", type(exc).__name__, exc)
+            launches = 0
+        return Work(flops, bytes_in + bytes_out, bytes_out, by_dtype, launches)
     return Work(math.nan, bytes_in, math.nan, {})
 
 
