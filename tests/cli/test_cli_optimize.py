@@ -66,6 +66,11 @@ def test_cli_reports_bad_input_with_exit_2(tmp_path: Path, cli: typer.Typer, clo
     assert bad_spec.exit_code == 2 and "unknown LLM backend" in bad_spec.output
     no_task = runner.invoke(cli, ["optimize", "no_such_task", "--out", str(tmp_path / "b"), "--size", "cpu"])
     assert no_task.exit_code == 2 and "no bundled task" in no_task.output
+    # Several tasks given apart, as a user types them (not only comma-separated): each is read,
+    # and the unknown one is named (a GPU run's `optimize 2_conv_block 1_gemm ...` stopped at
+    # "unexpected extra argument" before any work, 2026-11-28).
+    several = runner.invoke(cli, ["optimize", "5_gelu", "nope", "--out", str(tmp_path / "b"), "--size", "cpu"])
+    assert several.exit_code == 2 and "nope: no such file" in several.output, several.output
     dead = [
         *base,
         "--out",

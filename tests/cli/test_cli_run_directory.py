@@ -116,6 +116,9 @@ def test_a_resumed_run_keeps_its_tasks_and_adds_only_when_asked(tmp_path: Path) 
     ]
     added = session_tasks("5_gelu,3_softmax", run.path, resume=True, add=True, size="cpu")
     assert [t.name for t in added] == ["5_gelu", "3_softmax"]
+    apart = session_tasks(["5_gelu", "3_softmax"], run.path, resume=True, add=True, size="cpu")
+    assert [t.name for t in apart] == ["5_gelu", "3_softmax"]
+    assert session_tasks([], run.path, resume=True, add=False, size="cpu") == kept  # none named: as started
 
 
 def test_add_tasks_without_resume_exits_2(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cudal1.cli import app
-from cudal1.cli.common import load_task_set
+from cudal1.cli.common import load_task_set, load_task_specs
 from cudal1.tasks import bundled_tasks
 
 GELU = next(t for t in bundled_tasks("cpu") if t.name == "5_gelu")
@@ -35,6 +35,14 @@ def test_a_comma_list_mixes_files_and_bundled_names(tmp_path: Path) -> None:
     tasks = load_task_set(f"3_softmax,{task}", "cpu")
     assert [t.name for t in tasks] == ["3_softmax", "my_task"]
     assert [t.name for t in load_task_set("5_gelu,5_gelu", "cpu")] == ["5_gelu"]
+
+
+def test_specs_given_apart_are_merged_as_a_comma_list_is() -> None:
+    """``optimize 3_softmax 5_gelu,3_softmax`` names the tasks of both arguments, each once; no
+    argument is the suite."""
+    assert [t.name for t in load_task_specs(["3_softmax", "5_gelu,3_softmax"], "cpu")] == ["3_softmax", "5_gelu"]
+    assert [t.name for t in load_task_specs([], "cpu")] == [t.name for t in load_task_specs(None, "cpu")]
+    assert [t.name for t in load_task_specs("5_gelu", "cpu")] == ["5_gelu"]
 
 
 def test_unknown_names_in_a_list_are_named_and_exit_2() -> None:

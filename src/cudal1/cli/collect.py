@@ -42,10 +42,11 @@ from cudal1.train.collect import collect
 def collect_command(
     out: Annotated[Path, typer.Option("--out", help="run directory (config, database, logs)")],
     tasks: Annotated[
-        str | None,
+        list[str] | None,
         typer.Argument(
-            help="task file, KernelBench directory, records file or bundled task (several: comma-separated);"
-            " default: bundled"
+            help="task files, KernelBench directories, records files or bundled tasks (several, or"
+            " comma-separated); default: bundled",
+            show_default=False,
         ),
     ] = None,
     llm: Annotated[

@@ -239,8 +239,18 @@ def load_task_set(spec: str | None, size: Literal["gpu", "cpu"], suite: Suite = 
     return _unique(tasks)
 
 
+def load_task_specs(specs: Sequence[str] | str | None, size: Literal["gpu", "cpu"], suite: Suite = "full") -> list[Task]:
+    """``load_task_set`` of one spec, or of several given apart on the command line
+    (``optimize 2_conv_block 1_gemm``, as ``2_conv_block,1_gemm``), merged; none: the suite."""
+    if specs is None or isinstance(specs, str):
+        return load_task_set(specs, size, suite)
+    if not specs:
+        return load_task_set(None, size, suite)
+    return _unique([t for spec in specs for t in load_task_set(spec, size, suite)])
+
+
 def session_tasks(
-    spec: str | None,
+    spec: Sequence[str] | str | None,
     out: Path,
     *,
     resume: bool,
@@ -256,14 +266,14 @@ def session_tasks(
     if add and not resume:
         raise bad_input("--add-tasks adds tasks to a resumed run: pass --resume as well")
     if not (resume and run.db_file.is_file()):
-        return load_task_set(spec, size, suite)
+        return load_task_specs(spec, size, suite)
     try:
         started = run.load_tasks()
     except RunError as exc:
         raise bad_input(str(exc)) from None
-    if spec is None:
+    if not spec:
         return started
-    named = load_task_set(spec, size, suite)
+    named = load_task_specs(spec, size, suite)
     new = [t.name for t in named if t.name not in {s.name for s in started}]
     if new and not add:
         raise bad_input(

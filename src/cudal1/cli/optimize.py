@@ -44,10 +44,11 @@ from cudal1.search.optimize import optimize
 def optimize_command(
     out: Annotated[Path, typer.Option("--out", help="run directory (config, database, logs, best kernels)")],
     tasks: Annotated[
-        str | None,
+        list[str] | None,
         typer.Argument(
-            help="task file, KernelBench directory, records file or bundled task name, or several comma-separated"
-            "; default: bundled suite"
+            help="task files, KernelBench directories, records files or bundled task names (several, or"
+            " comma-separated); default: bundled suite",
+            show_default=False,
         ),
     ] = None,
     llm: Annotated[

@@ -8,10 +8,9 @@ from typing import Annotated, Literal
 
 import typer
 
-from cudal1.cli.common import FORMAT_HELP, OutputFormat, load_task_set, print_result
+from cudal1.cli.common import FORMAT_HELP, OutputFormat, load_task_specs, print_result
 from cudal1.report.tables import to_markdown, to_rich
 from cudal1.report.terminal import task_table, tasks_data
-from cudal1.schema import Task
 
 tasks_app = typer.Typer(help="Inspect task suites.", no_args_is_help=True)
 
@@ -31,9 +30,7 @@ def tasks_list(
 ) -> None:
     """List the tasks in SPECS (or the bundled suite), with their level, origin and file (relative
     to the current directory when under it)."""
-    tasks: list[Task] = []
-    for spec in specs or ["bundled"]:
-        tasks.extend(t for t in load_task_set(spec, size) if t not in tasks)
+    tasks = load_task_specs(specs, size)
     spec_table = task_table(tasks, Path.cwd())
     print_result(
         fmt,
