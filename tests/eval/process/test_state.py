@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from cudal1.eval.checks.global_state import GLOBAL_STATE_CHANGED, observation_findings
 from cudal1.eval.process import state
@@ -89,3 +90,24 @@ def test_the_current_gpu_left_switched_is_a_change_only_where_cuda_ran_before(mo
     assert [(f.code, f.severity.value) for f in found] == [(GLOBAL_STATE_CHANGED, "reject")]
     cpu_before = {k: v for k, v in before.items() if k != state.CURRENT_DEVICE}
     assert state.state_changes(cpu_before, state.global_state()) == {}
+
+
+def test_an_output_in_the_memory_of_a_live_earlier_output_is_kept_memory():
+    """A module that returns what it kept (a tensor made once, held anywhere) is caught on its
+    second call; fresh results are not, even where the allocator reuses a freed output's memory;
+    a view of a kept tensor is kept memory too."""
+    kept = state.EarlierOutputs()
+    cache = torch.ones(4, 1)
+    assert kept.shared(cache) == []
+    assert kept.shared((cache,)) == ["output 0 is the memory of an earlier call's output, which the module kept"]
+    assert kept.shared(cache[1:]) != []
+
+    fresh = state.EarlierOutputs()
+    for _ in range(4):
+        out = torch.ones(4, 1) * 2  # the last call's output is freed before the next is made
+        assert fresh.shared(out) == []
+        del out
+    honest = [torch.ones(3), torch.zeros(3)]  # held by the caller, not returned again
+    assert fresh.shared(honest) == []
+    assert fresh.shared([torch.ones(3)]) == []
+    assert kept.shared(torch.empty(0)) == []  # nothing to share

@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import hashlib
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -219,13 +220,13 @@ def state_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, li
     }
 
 
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    st = t.untyped_storage()
+    return st.data_ptr(), st.data_ptr() + st.nbytes()
+
+
 def aliases(out: Any, inputs: list[Any], model: Any) -> list[str]:
     """Output leaves whose memory overlaps an input's or a parameter's."""
-
-    def span(t: torch.Tensor) -> tuple[int, int]:
-        st = t.untyped_storage()
-        return st.data_ptr(), st.data_ptr() + st.nbytes()
-
     owned = [("input", x) for x in inputs if isinstance(x, torch.Tensor)]
     if isinstance(model, torch.nn.Module):
         owned += [("parameter", p) for p in model.parameters()] + [("buffer", b) for b in model.buffers()]
@@ -233,10 +234,39 @@ def aliases(out: Any, inputs: list[Any], model: Any) -> list[str]:
     for i, leaf in enumerate(flatten_outputs(out)):
         if not isinstance(leaf, torch.Tensor) or leaf.numel() == 0:
             continue
-        lo, hi = span(leaf)
+        lo, hi = _span(leaf)
         for kind, t in owned:
-            tlo, thi = span(t)
+            tlo, thi = _span(t)
             if t.numel() and lo < thi and tlo < hi:
                 found.append(f"output {i} shares memory with a {kind}")
                 break
     return found
+
+
+class EarlierOutputs:
+    """The tensors earlier checked calls returned, held weakly: a new output in the memory of one
+    that is still alive is memory the module kept and returned again, not a result it computed
+    (a tensor of ones made in ``__init__`` and returned by every call read 274.9x on the H200,
+    with nothing launched: CUDA-L1's L2_66). An honest output is freed once described, and the
+    allocator never hands out the memory of a live tensor, so a fresh result cannot meet one.
+    A CUDA graph's static output returned uncloned is kept memory too: the next call overwrites
+    it (``search/transforms.py`` clones it for that reason)."""
+
+    def __init__(self, keep: int = 16) -> None:
+        self.keep = keep
+        self.refs: list[weakref.ref[torch.Tensor]] = []
+
+    def shared(self, out: Any) -> list[str]:
+        """Why ``out``'s leaves are an earlier output's memory (empty if none are); then
+        ``out``'s leaves join the earlier ones."""
+        alive = [t for t in (r() for r in self.refs) if t is not None and t.numel()]
+        found = []
+        leaves = [x for x in flatten_outputs(out) if isinstance(x, torch.Tensor)]
+        for i, leaf in enumerate(leaves):
+            if not leaf.numel():
+                continue
+            lo, hi = _span(leaf)
+            if any(lo < thi and tlo < hi for tlo, thi in map(_span, alive)):
+                found.append(f"output {i} is the memory of an earlier call's output, which the module kept")
+        self.refs = (self.refs + [weakref.ref(x) for x in leaves])[-self.keep :]
+        return found

@@ -238,6 +238,7 @@ class CandidateServer(WorkerServer):
         super().__init__()
         self.candidate: Any = None
         self.threads: ThreadWatch | None = None
+        self.earlier_outputs = state.EarlierOutputs()
 
     def handlers(self) -> dict[Command, Handler]:
         return {
@@ -314,6 +315,7 @@ class CandidateServer(WorkerServer):
             out = model(*inputs)
             sync(self.device)
         observations = self._observe(out, inputs, threads, model)
+        observations["aliases"] += self.earlier_outputs.shared(out)
         observations["rng_changed"] = state.rng_digest() != rng
         return {"outputs": describe(out), "observations": observations}
 
