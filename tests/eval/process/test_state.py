@@ -111,3 +111,8 @@ def test_an_output_in_the_memory_of_a_live_earlier_output_is_kept_memory():
     assert fresh.shared(honest) == []
     assert fresh.shared([torch.ones(3)]) == []
     assert kept.shared(torch.empty(0)) == []  # nothing to share
+
+    rotating = state.EarlierOutputs()
+    caches = [torch.ones(2) for _ in range(20)]  # more kept tensors than a window would hold
+    assert all(rotating.shared(c) == [] for c in caches)
+    assert rotating.shared(caches[0]) != []  # the first one used twice

@@ -244,29 +244,28 @@ def aliases(out: Any, inputs: list[Any], model: Any) -> list[str]:
 
 
 class EarlierOutputs:
-    """The tensors earlier checked calls returned, held weakly: a new output in the memory of one
-    that is still alive is memory the module kept and returned again, not a result it computed
-    (a tensor of ones made in ``__init__`` and returned by every call read 274.9x on the H200,
-    with nothing launched: CUDA-L1's L2_66). An honest output is freed once described, and the
-    allocator never hands out the memory of a live tensor, so a fresh result cannot meet one.
-    A CUDA graph's static output returned uncloned is kept memory too: the next call overwrites
-    it (``search/transforms.py`` clones it for that reason)."""
+    """The tensors earlier checked calls returned, held weakly by their storage: a new output in
+    the storage of one that is still alive is memory the module kept and returned again, not a
+    result it computed (a tensor of ones made in ``__init__`` and returned by every call read
+    274.9x on the H200, with nothing launched: CUDA-L1's L2_66). An honest output is freed once
+    described, and the allocator never hands out the memory of a live tensor, so a fresh result
+    cannot meet one. Every earlier output still alive is kept (dead ones are dropped), so
+    rotating among several kept tensors is caught at the first one used twice. A CUDA graph's
+    static output returned uncloned is kept memory too: the next call overwrites it
+    (``search/transforms.py`` clones it for that reason)."""
 
-    def __init__(self, keep: int = 16) -> None:
-        self.keep = keep
-        self.refs: list[weakref.ref[torch.Tensor]] = []
+    def __init__(self) -> None:
+        self.alive: dict[int, weakref.ref[torch.Tensor]] = {}  # storage address -> a tensor on it
 
     def shared(self, out: Any) -> list[str]:
         """Why ``out``'s leaves are an earlier output's memory (empty if none are); then
         ``out``'s leaves join the earlier ones."""
-        alive = [t for t in (r() for r in self.refs) if t is not None and t.numel()]
+        self.alive = {ptr: ref for ptr, ref in self.alive.items() if ref() is not None}
         found = []
-        leaves = [x for x in flatten_outputs(out) if isinstance(x, torch.Tensor)]
+        leaves = [x for x in flatten_outputs(out) if isinstance(x, torch.Tensor) and x.numel()]
         for i, leaf in enumerate(leaves):
-            if not leaf.numel():
-                continue
-            lo, hi = _span(leaf)
-            if any(lo < thi and tlo < hi for tlo, thi in map(_span, alive)):
+            if leaf.untyped_storage().data_ptr() in self.alive:
                 found.append(f"output {i} is the memory of an earlier call's output, which the module kept")
-        self.refs = (self.refs + [weakref.ref(x) for x in leaves])[-self.keep :]
+        for leaf in leaves:
+            self.alive.setdefault(leaf.untyped_storage().data_ptr(), weakref.ref(leaf))
         return found
