@@ -28,6 +28,7 @@ from cudal1.config import EvalConfig
 from cudal1.eval.checks.clock import timing_verdict
 from cudal1.eval.checks.compare import Comparison
 from cudal1.eval.checks.drift import reference_drift
+from cudal1.eval.checks.global_state import kept_outputs
 from cudal1.eval.checks.interference import reference_disturbed
 from cudal1.eval.checks.stage_failure import StageFailed
 from cudal1.eval.devices import device_type
@@ -122,6 +123,8 @@ def time_pair(pair: WorkerPair, seeds: Seeds, quiet: Callable[[], AbstractContex
                                  "reference_launches": launches})
     record.timing, findings = timing_verdict(outcome, pair.device, cfg.clock_disagreement)
     record.findings.extend(findings)
+    if outcome.kept:
+        record.findings.append(kept_outputs(outcome.kept))
     if all(f.code != "reduced_precision" for f in record.findings):
         record.findings.extend(timed_precision.findings())
     outside_group.update(cand.outside_group())

@@ -201,7 +201,11 @@ class WorkerEndpoint:
         ):
             raise RemoteError("worker sent a timing reply without its digests", "")
         tampered_names = [str(t) for t in tampered]
-        return TimedReply(float(ms), bool(r.get("ahead", True)), inputs, digests, tampered_names, float(tail))
+        kept = r.get("kept", [])
+        kept_names = [str(k) for k in kept] if isinstance(kept, list) else ["the reply's kept list is not a list"]
+        return TimedReply(
+            float(ms), bool(r.get("ahead", True)), inputs, digests, tampered_names, float(tail), kept_names
+        )
 
 
 def _plain(value: Any) -> bool:

@@ -116,3 +116,12 @@ def test_an_output_in_the_memory_of_a_live_earlier_output_is_kept_memory():
     caches = [torch.ones(2) for _ in range(20)]  # more kept tensors than a window would hold
     assert all(rotating.shared(c) == [] for c in caches)
     assert rotating.shared(caches[0]) != []  # the first one used twice
+
+    # A timed sample's K calls, all held by the worker: a call that returns an earlier call's
+    # tensor is named by its index; K fresh outputs are not.
+    timed = state.EarlierOutputs()
+    assert timed.shared_calls([torch.ones(2) for _ in range(5)]) == []
+    one = torch.ones(2)
+    assert timed.shared_calls([torch.ones(2), one, torch.ones(2), one]) == [
+        "call 3, output 0 is the memory of an earlier call's output, which the module kept"
+    ]

@@ -55,6 +55,7 @@ class FakeEndpoint:
         self.outputs: list[int] = []  # the last sample's, per call
         self.leads: list[float | None] = []
         self.tampered: list[str] = []
+        self.kept: list[str] = []  # what its replies say of its timed calls' outputs
 
     def warmup(self, min_calls: int, min_ms: float) -> Warmup:
         n = max(min_calls, int(min_ms / self.call_ms) + 1)
@@ -84,7 +85,8 @@ class FakeEndpoint:
         self.outputs = [self.output(request, j) for j in range(request.calls)]
         digests = [[self.reported_digest(request, j, o)] for j, o in enumerate(self.outputs)]
         self.pending = TimedReply(
-            t * self.reported_factor, self.host_ahead, [request.seed], digests, list(self.tampered)
+            t * self.reported_factor, self.host_ahead, [request.seed], digests, list(self.tampered),
+            kept=list(self.kept),
         )
 
     def finish(self) -> TimedReply:
@@ -376,6 +378,19 @@ def test_short_calls_get_the_wider_floor(call_ms: float, floor: float):
     assert est.median == pytest.approx(1.0)
     assert est.ci_high - est.median == pytest.approx(floor * est.median, rel=0.05)
     assert est.median - est.ci_low == pytest.approx(floor * est.median, rel=0.05)
+
+
+def test_timed_calls_that_returned_kept_memory_are_named_for_the_candidate_only():
+    """A worker names the timed calls whose outputs are another output's memory still alive; the
+    candidate's are kept (at most three, with their samples) for a finding, the reference's
+    (trusted: its check only keeps the two walls alike) are not."""
+    clock = FakeClock()
+    ref, cand = FakeEndpoint(clock, 0.5), FakeEndpoint(clock, 0.5)
+    ref.kept = ["call 1, output 0 is the memory of an earlier call's output, which the module kept"]
+    assert _measure(ref, cand, _cfg(max_samples=12)).kept == []
+    cand.kept = ["call 3, output 0 is the memory of an earlier call's output, which the module kept"]
+    out = _measure(FakeEndpoint(clock, 0.5), cand, _cfg(max_samples=12))
+    assert len(out.kept) == 3 and out.kept[0].startswith("sample 0: call 3, output 0")
 
 
 def test_a_call_of_many_kernels_widens_the_floor_by_their_gaps():

@@ -22,6 +22,15 @@ def _finding(code: str, severity: Severity, message: str, evidence: dict[str, An
     return Finding(code, severity, Stage.INTEGRITY, message, evidence)
 
 
+def kept_outputs(messages: list[str]) -> Finding:
+    """``output_aliases_owned_memory`` from the timed calls: outputs in the memory of other
+    outputs still alive (``state.EarlierOutputs``), which a module that computes only while it
+    is checked, and returns what it kept while it is timed, shows there alone."""
+    return _finding(
+        "output_aliases_owned_memory", Severity.REJECT, "timed calls: " + "; ".join(messages), {"kept": messages}
+    )
+
+
 def observation_findings(
     reply: dict[str, Any], expected_inputs: list[Any] | None, key: str, process_state: str = "reject"
 ) -> list[Finding]:

@@ -260,12 +260,20 @@ class EarlierOutputs:
     def shared(self, out: Any) -> list[str]:
         """Why ``out``'s leaves are an earlier output's memory (empty if none are); then
         ``out``'s leaves join the earlier ones."""
+        return self.shared_calls([out])
+
+    def shared_calls(self, outs: list[Any]) -> list[str]:
+        """``shared`` over several calls' outputs in order (a timed sample's K calls, all still
+        held by the worker): a call whose output is an earlier call's memory is named by its
+        index."""
         self.alive = {ptr: ref for ptr, ref in self.alive.items() if ref() is not None}
         found = []
-        leaves = [x for x in flatten_outputs(out) if isinstance(x, torch.Tensor) and x.numel()]
-        for i, leaf in enumerate(leaves):
-            if leaf.untyped_storage().data_ptr() in self.alive:
-                found.append(f"output {i} is the memory of an earlier call's output, which the module kept")
-        for leaf in leaves:
-            self.alive.setdefault(leaf.untyped_storage().data_ptr(), weakref.ref(leaf))
+        for call, out in enumerate(outs):
+            leaves = [x for x in flatten_outputs(out) if isinstance(x, torch.Tensor) and x.numel()]
+            for i, leaf in enumerate(leaves):
+                if leaf.untyped_storage().data_ptr() in self.alive:
+                    where = f"output {i}" if len(outs) == 1 else f"call {call}, output {i}"
+                    found.append(f"{where} is the memory of an earlier call's output, which the module kept")
+            for leaf in leaves:
+                self.alive.setdefault(leaf.untyped_storage().data_ptr(), weakref.ref(leaf))
         return found

@@ -46,6 +46,9 @@ class TimedSampler:
         self.lead_us = 0.0  # the default lead (set_timing_inputs)
         # A stateful task's models as built, put back before each sample (``prepare``).
         self.built_states = BuiltStates()
+        # Every output this worker returned that is still alive (``state.EarlierOutputs``): the
+        # checked calls' and the timed calls'.
+        self.earlier_outputs = state.EarlierOutputs()
 
     def set_timing_inputs(self, keys: list[str], flush_bytes: int, lead_us: float = 0.0) -> dict[str, Any]:
         """Both sides enter timing with the same memory picture: what only one side keeps leaves
@@ -147,8 +150,10 @@ class TimedSampler:
         output kept; then the digests of the sets and of every call's outputs, summed on the
         device in one batch and read with one wait (``wire.DigestBatch``). The reply: ``ms`` (this
         worker's own time of the K calls), ``ahead``, ``input_digest`` (each tensor of each set),
-        ``digests`` (per call, per output) and ``tampered``, the timing's objects that are no
-        longer the trusted side's own (``timer_guard``)."""
+        ``digests`` (per call, per output), ``tampered``, the timing's objects that are no
+        longer the trusted side's own (``timer_guard``), and ``kept``: calls whose outputs are
+        the memory of another output still alive (``state.EarlierOutputs``), found after the
+        clock's events, on both sides alike so that neither's wall pays more."""
         self.timed_outputs = []  # the last sample's outputs go now, its inputs once the new ones exist
         self.timed_sets, self.timed_start = self._make_timed_sets(seed, sets, max_bytes), start
         batch = DigestBatch()
@@ -159,6 +164,7 @@ class TimedSampler:
         for out in self.timed_outputs:
             batch.add(flatten_outputs(out))
         found = batch.read()
+        kept = self.earlier_outputs.shared_calls(self.timed_outputs)
         n = len(self.timed_sets)
         return {
             "ms": ms,
@@ -167,6 +173,7 @@ class TimedSampler:
             "input_digest": [d for inputs in found[:n] for d in inputs],
             "digests": found[n:],
             "tampered": timer_guard.tampered(),
+            "kept": kept[:3],
         }
 
     def _timed_calls(self, calls: int, lead_us: float | None) -> tuple[float, bool, float]:

@@ -238,7 +238,6 @@ class CandidateServer(WorkerServer):
         super().__init__()
         self.candidate: Any = None
         self.threads: ThreadWatch | None = None
-        self.earlier_outputs = state.EarlierOutputs()
 
     def handlers(self) -> dict[Command, Handler]:
         return {

@@ -106,6 +106,7 @@ class TimedReply:
     # From the end event to one recorded once every stream is done: work left on another stream
     # after the calls shows here, on the GPU's own clock (0 on a CPU).
     tail_ms: float = 0.0
+    kept: list[str] = field(default_factory=list)  # calls that returned another output's memory
 
 
 class Endpoint(Protocol):
@@ -176,6 +177,7 @@ class PairedOutcome:
     estimate: stats.RatioEstimate = stats.RatioEstimate(math.nan, math.nan, math.nan)
     wall_estimate: stats.RatioEstimate = stats.RatioEstimate(math.nan, math.nan, math.nan)
     tampered: list[str] = field(default_factory=list)  # what the candidate's replies named (timer_guard)
+    kept: list[str] = field(default_factory=list)  # what its replies named (state.EarlierOutputs)
 
     def gap_ms(self) -> tuple[float, float]:
         """Median (trusted wall - worker time) per call, reference and candidate."""
@@ -197,6 +199,7 @@ class _Sides:
     sets: int
     max_bytes: int
     tampered: set[str] = field(default_factory=set)
+    kept: list[str] = field(default_factory=list)
 
 
 def measure_paired(
@@ -274,6 +277,7 @@ def measure_paired(
         reply, _ = _sample(PairedOutcome(k, lead_us=out.lead_us), sides, sample)
         _check(out, check, sample, reply, rng)
     out.tampered = sorted(sides.tampered)
+    out.kept = sides.kept[:3]
     return out
 
 
@@ -319,6 +323,7 @@ def _sample(out: PairedOutcome, sides: _Sides, sample: int) -> tuple[TimedReply,
     ref_reply, cand_reply = replies[False], replies[True]
     sides.inputs.agree(f"timed{sample}", ref_reply.input_digest, cand_reply.input_digest)
     sides.tampered.update(cand_reply.tampered)
+    sides.kept.extend(f"sample {sample}: {k}" for k in cand_reply.kept[:3] if len(sides.kept) < 3)
     return cand_reply, not (ref_reply.ahead and cand_reply.ahead)
 
 
