@@ -116,6 +116,9 @@ def test_an_output_in_the_memory_of_a_live_earlier_output_is_kept_memory():
     caches = [torch.ones(2) for _ in range(20)]  # more kept tensors than a window would hold
     assert all(rotating.shared(c) == [] for c in caches)
     assert rotating.shared(caches[0]) != []  # the first one used twice
+    viewed = state.EarlierOutputs()  # a fresh view of a kept tensor each call: the base is kept
+    assert all(viewed.shared(c.view(2, 1)) == [] for c in caches)
+    assert viewed.shared(caches[5].view(1, 2)) != []
 
     # A timed sample's K calls, all held by the worker: a call that returns an earlier call's
     # tensor is named by its index; K fresh outputs are not.

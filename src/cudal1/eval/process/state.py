@@ -275,5 +275,8 @@ class EarlierOutputs:
                     where = f"output {i}" if len(outs) == 1 else f"call {call}, output {i}"
                     found.append(f"{where} is the memory of an earlier call's output, which the module kept")
             for leaf in leaves:
-                self.alive.setdefault(leaf.untyped_storage().data_ptr(), weakref.ref(leaf))
+                # A view is held by its base: a fresh view of a kept tensor dies with the reply,
+                # the kept base does not (red team 2026-11-28: views of 4099 kept tensors in turn).
+                owner = leaf._base if leaf._base is not None else leaf
+                self.alive.setdefault(leaf.untyped_storage().data_ptr(), weakref.ref(owner))
         return found
