@@ -244,10 +244,11 @@ def aliases(out: Any, inputs: list[Any], model: Any) -> list[str]:
 
 
 class EarlierOutputs:
-    """The tensors earlier checked calls returned, held weakly by their storage: a new output in
-    the storage of one that is still alive is memory the module kept and returned again, not a
-    result it computed (a tensor of ones made in ``__init__`` and returned by every call read
-    274.9x on the H200, with nothing launched: CUDA-L1's L2_66). An honest output is freed once
+    """The tensors earlier calls returned (checked and timed), held weakly by their storage (a
+    view by its base): a new output in the storage of one that is still alive is memory the
+    module kept and returned again, not a result it computed (a tensor of ones made in
+    ``__init__`` and returned by every call read 274.9x on the H200, with nothing launched:
+    CUDA-L1's L2_66). An honest output is freed once
     described, and the allocator never hands out the memory of a live tensor, so a fresh result
     cannot meet one. Every earlier output still alive is kept (dead ones are dropped), so
     rotating among several kept tensors is caught at the first one used twice. A CUDA graph's
