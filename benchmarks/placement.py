@@ -50,7 +50,7 @@ launch between processes); ``2_conv_bn_relu``, 6 launches, 7.8-8.9 us. So the pe
 grows with the launches a call makes, which is why the convolution tasks (cuDNN adds layout
 kernels around each convolution) and ``4_transformer_block`` scatter most and a GEMM of one or two
 launches not at all. It is not where a process loads its kernels (``--env
-CUDA_MODULE_LOADING=EAGER``: processes 128.2-129.7 us, the same gaps), nor the hardware channel a
+CUDA_MODULE_LOADING=EAGER``: processes 128.4-129.8 us, the same gaps), nor the hardware channel a
 stream is fed through (``--vary stream``, an H200 of two: the copies on four streams spread 0.7%
 inside a process while the processes' means over their streams spread 1.3%; with ``--env
 CUDA_DEVICE_MAX_CONNECTIONS=1``, 0.6% and 1.4%), nor where its memory lies (copies with their own
